@@ -1,0 +1,144 @@
+import { randomUUID } from 'node:crypto'
+import path from 'node:path'
+import type { Writable } from 'node:stream'
+import Fastify, { LogController, type FastifyInstance } from 'fastify'
+import { AccountService } from './accounts/service.ts'
+import { KeyStore } from './auth/keys.ts'
+import { createArgon2Hasher, type PasswordHasher } from './auth/passwords.ts'
+import { protectedAuthRoutes, publicAuthRoutes } from './auth/routes.ts'
+import { AuthService } from './auth/service.ts'
+import { REFRESH_TTL_SECONDS, TokenService } from './auth/tokens.ts'
+import { systemClock, type Clock } from './clock.ts'
+import type { Config } from './config.ts'
+import { migrate, openDatabase, type Db } from './db/index.ts'
+import { protect } from './http/bearer.ts'
+import { installErrorHandling, sendError, toAppError } from './http/errors.ts'
+import { opsRoutes } from './http/ops.ts'
+import { installValidation } from './http/validation.ts'
+import { REDACT_PATHS } from './logger.ts'
+import { createMailTransport, Mailer, type MailTransport } from './mail/index.ts'
+
+/** Everything a test (or another embedding) may replace. */
+export interface AppOverrides {
+  clock?: Clock
+  hasher?: PasswordHasher
+  /** A database the caller owns (and closes); by default one is opened from the config. */
+  db?: Db
+  mailTransport?: MailTransport
+  /** Where log lines go; stdout by default. */
+  logStream?: Writable
+}
+
+export interface AppServices {
+  db: Db
+  keys: KeyStore
+  auth: AuthService
+  accounts: AccountService
+  mailer: Mailer
+  clock: Clock
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    services: AppServices
+  }
+}
+
+const DEFAULT_BODY_LIMIT = 64 * 1024
+const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/
+
+/** Builds the whole service in-process: no listening and no process.* here (see server.ts). */
+export async function buildApp(config: Config, overrides: AppOverrides = {}): Promise<FastifyInstance> {
+  const app = Fastify({
+    logger: {
+      level: config.logLevel,
+      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+      ...(overrides.logStream ? { stream: overrides.logStream } : {}),
+    },
+    // One line per request is written by the onResponse hook below, not Fastify's two.
+    logController: new LogController({ disableRequestLogging: true }),
+    // Malformed URLs and similar router-level failures answer with the envelope too.
+    frameworkErrors: (error, request, reply) => {
+      reply.header('x-request-id', request.id).header('cache-control', 'no-store')
+      sendError(reply, toAppError(error))
+    },
+    // A caller's request id is kept when it is harmless, so logs join up across services.
+    genReqId: (request) => {
+      const given = request.headers['x-request-id']
+      return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID()
+    },
+    requestIdHeader: false,
+    trustProxy: config.trustProxy ?? false,
+    bodyLimit: DEFAULT_BODY_LIMIT,
+    return503OnClosing: true,
+    ...(config.tls ? { https: config.tls } : {}),
+  })
+
+  const clock = overrides.clock ?? systemClock
+  const db = overrides.db ?? openDatabase({
+    databaseUrl: config.databaseUrl,
+    dataDir: config.dataDir,
+    onPoolError: (error) => app.log.warn({ err: { message: error.message } }, 'database connection lost'),
+  })
+  try {
+    await migrate(db)
+    const keys = new KeyStore(db, { clock, refreshTtlSeconds: REFRESH_TTL_SECONDS })
+    await keys.start()
+    const mailer = new Mailer(
+      overrides.mailTransport ??
+        createMailTransport({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: path.join(config.dataDir, 'outbox'), logger: app.log }),
+      app.log,
+    )
+    const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock })
+    const auth = new AuthService({
+      db,
+      clock,
+      hasher: overrides.hasher ?? createArgon2Hasher(),
+      tokens,
+      mailer,
+      logger: app.log,
+      requireEmailVerification: config.requireEmailVerification,
+      verifyEmailUrl: config.verifyEmailUrl,
+    })
+    app.decorate('services', { db, keys, auth, accounts: new AccountService(db, clock), mailer, clock })
+
+    app.addHook('onClose', async () => {
+      keys.stop()
+      await mailer.drain()
+      mailer.close()
+      if (!overrides.db) await db.close()
+    })
+  } catch (error) {
+    if (!overrides.db) await db.close().catch(() => {})
+    throw error
+  }
+
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id)
+    // Responses carry tokens or personal data; no cache may keep them. JWKS overrides this.
+    reply.header('cache-control', 'no-store')
+  })
+  app.addHook('onResponse', async (request, reply) => {
+    request.log.info(
+      { method: request.method, path: request.url.split('?')[0], status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
+      'request',
+    )
+  })
+
+  installValidation(app)
+  installErrorHandling(app)
+
+  const { auth, db: database, keys } = app.services
+  await app.register(opsRoutes, { db: database, keys })
+  await app.register(
+    async (api) => {
+      await api.register(async (open) => publicAuthRoutes(open, auth))
+      await api.register(async (scope) => {
+        protect(scope, auth)
+        await protectedAuthRoutes(scope, auth)
+      })
+    },
+    { prefix: config.basePath },
+  )
+  return app
+}

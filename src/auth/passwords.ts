@@ -1,0 +1,83 @@
+import { randomBytes } from 'node:crypto'
+import { hash, parseOptions, verify, type Algorithm } from '@node-rs/argon2'
+import { AppError, type ErrorDetail } from '../errors.ts'
+
+const ARGON2ID = 2 as Algorithm
+
+export interface Argon2Params {
+  memoryCost: number
+  timeCost: number
+  parallelism: number
+}
+
+/** OWASP Password Storage Cheat Sheet, argon2id option 2: 19 MiB, 2 passes, 1 lane. */
+export const OWASP_ARGON2_PARAMS: Argon2Params = { memoryCost: 19456, timeCost: 2, parallelism: 1 }
+
+export interface PasswordHasher {
+  hash(password: string): Promise<string>
+  verify(passwordHash: string, password: string): Promise<boolean>
+  /**
+   * Spends the time of one verification and always answers false. Used for unknown addresses so a
+   * login for a missing account costs what a wrong password for a real one costs.
+   */
+  verifyDummy(password: string): Promise<false>
+  /** True when the hash was made with other parameters than today's, so login should upgrade it. */
+  needsRehash(passwordHash: string): boolean
+}
+
+export function createArgon2Hasher(params: Argon2Params = OWASP_ARGON2_PARAMS): PasswordHasher {
+  const options = { ...params, algorithm: ARGON2ID }
+  let dummy: Promise<string> | undefined
+  const dummyHash = () => (dummy ??= hash(randomBytes(32).toString('base64url'), options))
+
+  return {
+    hash: (password) => hash(password, options),
+    async verify(passwordHash, password) {
+      try {
+        return await verify(passwordHash, password)
+      } catch {
+        // A stored value that is not a PHC string can never match; it must not become a 500.
+        return false
+      }
+    },
+    async verifyDummy(password) {
+      await verify(await dummyHash(), password).catch(() => false)
+      return false
+    },
+    needsRehash(passwordHash) {
+      try {
+        const current = parseOptions(passwordHash)
+        return (
+          current.algorithm !== ARGON2ID ||
+          current.memoryCost !== params.memoryCost ||
+          current.timeCost !== params.timeCost ||
+          current.parallelism !== params.parallelism
+        )
+      } catch {
+        return true
+      }
+    },
+  }
+}
+
+export const PASSWORD_MIN = 8
+export const PASSWORD_MAX = 128
+
+/**
+ * NIST SP 800-63B: length only, no composition rules; never equal to the address.
+ * Length is counted in Unicode code points, not UTF-16 units.
+ */
+export function passwordProblems(password: string, normalisedEmail: string, field = 'password'): ErrorDetail[] {
+  const length = [...password].length
+  if (length < PASSWORD_MIN) return [{ field, message: `must be at least ${PASSWORD_MIN} characters` }]
+  if (length > PASSWORD_MAX) return [{ field, message: `must be at most ${PASSWORD_MAX} characters` }]
+  if (password.trim().normalize('NFC').toLowerCase() === normalisedEmail) {
+    return [{ field, message: 'must not be the e-mail address' }]
+  }
+  return []
+}
+
+export function assertPasswordAcceptable(password: string, normalisedEmail: string, field = 'password'): void {
+  const details = passwordProblems(password, normalisedEmail, field)
+  if (details.length > 0) throw new AppError('VALIDATION_ERROR', { details })
+}

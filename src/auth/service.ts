@@ -1,0 +1,244 @@
+import { createHash, randomBytes, randomUUID } from 'node:crypto'
+import type { Clock } from '../clock.ts'
+import { isUniqueViolation, type Db } from '../db/index.ts'
+import { oneTimeTokens, sessions, users, type UserRow } from '../db/repositories.ts'
+import { AppError, type ErrorDetail } from '../errors.ts'
+import type { Logger } from '../logger.ts'
+import { verificationMail, type Mailer } from '../mail/index.ts'
+import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from './input.ts'
+import { passwordProblems, type PasswordHasher } from './passwords.ts'
+import { ACCESS_TTL_SECONDS, type TokenService } from './tokens.ts'
+
+export const VERIFICATION_TTL_MS = 24 * 3600 * 1000
+
+/** Who is asking: recorded on sessions (and, later, audit events). */
+export interface RequestContext {
+  ip: string
+  userAgent: string | null
+}
+
+export interface Principal {
+  userId: string
+  sessionId: string
+}
+
+export interface AuthServiceDeps {
+  db: Db
+  clock: Clock
+  hasher: PasswordHasher
+  tokens: TokenService
+  mailer: Mailer
+  logger: Logger
+  requireEmailVerification: boolean
+  verifyEmailUrl: string
+}
+
+/** 256 random bits for the mail; only the SHA-256 of it is stored, so a database leak yields no usable link. */
+function newOneTimeToken(): { token: string; hash: string } {
+  const token = randomBytes(32).toString('base64url')
+  return { token, hash: hashOneTimeToken(token) }
+}
+
+export function hashOneTimeToken(token: string): string {
+  return createHash('sha256').update(token).digest('hex')
+}
+
+export class AuthService {
+  constructor(private readonly deps: AuthServiceDeps) {}
+
+  private get db() {
+    return this.deps.db.kysely
+  }
+
+  async register(input: { email: string; password: string; full_name: string }) {
+    const email = normaliseEmail(input.email)
+    const fullName = normaliseFullName(input.full_name)
+    const details: ErrorDetail[] = []
+    const emailIssue = emailProblem(email)
+    if (emailIssue) details.push({ field: 'email', message: emailIssue })
+    if (fullName.problem) details.push({ field: 'full_name', message: fullName.problem })
+    details.push(...passwordProblems(input.password, email))
+    throwIfProblems(details)
+
+    // Registration says EMAIL_EXISTS by design (the seed requires it), so checking first leaks
+    // nothing new and spares a hash; the unique index below is what actually guarantees it.
+    if (await users.findByEmail(this.db, email)) throw new AppError('EMAIL_EXISTS')
+
+    const now = this.deps.clock.now()
+    const row: UserRow = {
+      id: randomUUID(),
+      email,
+      full_name: fullName.value,
+      password_hash: await this.deps.hasher.hash(input.password),
+      email_verified_at: null,
+      status: 'active',
+      disabled_reason: null,
+      created_at: now,
+      updated_at: now,
+    }
+    const verification = this.deps.requireEmailVerification ? newOneTimeToken() : null
+    try {
+      await this.db.transaction().execute(async (trx) => {
+        await users.insert(trx, row)
+        if (verification) {
+          await oneTimeTokens.insert(trx, {
+            token_hash: verification.hash,
+            user_id: row.id,
+            purpose: 'verify_email',
+            created_at: now,
+            expires_at: now + VERIFICATION_TTL_MS,
+          })
+        }
+      })
+    } catch (error) {
+      if (isUniqueViolation(error)) throw new AppError('EMAIL_EXISTS')
+      throw error
+    }
+    if (verification) this.sendVerification(email, verification.token)
+    return { user_id: row.id, email, verification_required: verification !== null }
+  }
+
+  private sendVerification(email: string, token: string): void {
+    const link = this.deps.verifyEmailUrl.replace('{token}', encodeURIComponent(token))
+    this.deps.mailer.sendInBackground(verificationMail(email, link, token), 'verify_email')
+  }
+
+  async verifyEmail(token: string): Promise<{ email: string; verified: true }> {
+    const now = this.deps.clock.now()
+    const email = await this.db.transaction().execute(async (trx) => {
+      const userId = await oneTimeTokens.consume(trx, hashOneTimeToken(token), 'verify_email', now)
+      if (!userId) return null
+      await users.markVerified(trx, userId, now)
+      return (await users.findById(trx, userId))?.email ?? null
+    })
+    if (!email) throw new AppError('INVALID_VERIFICATION_TOKEN')
+    return { email, verified: true }
+  }
+
+  /**
+   * Always ends the same way for the caller: the answer must not tell whether the address has an
+   * account or whether it is verified. The mail itself goes out in the background.
+   */
+  async resendVerification(rawEmail: string): Promise<void> {
+    const email = normaliseEmail(rawEmail)
+    const issue = emailProblem(email)
+    if (issue) throwIfProblems([{ field: 'email', message: issue }])
+    if (!this.deps.requireEmailVerification) return
+    const user = await users.findByEmail(this.db, email)
+    if (!user || user.email_verified_at !== null || user.status !== 'active') return
+    const now = this.deps.clock.now()
+    const verification = newOneTimeToken()
+    await this.db.transaction().execute(async (trx) => {
+      await oneTimeTokens.retireAll(trx, user.id, 'verify_email', now)
+      await oneTimeTokens.insert(trx, {
+        token_hash: verification.hash,
+        user_id: user.id,
+        purpose: 'verify_email',
+        created_at: now,
+        expires_at: now + VERIFICATION_TTL_MS,
+      })
+    })
+    this.sendVerification(email, verification.token)
+  }
+
+  async login(input: { email: string; password: string }, context: RequestContext) {
+    const email = normaliseEmail(input.email)
+    const user = emailProblem(email) ? null : await users.findByEmail(this.db, email)
+
+    // Password first, whatever the account's state: a wrong password must look exactly like an
+    // unknown address (same body, same work), so login never reveals which addresses exist.
+    if (!user) {
+      await this.deps.hasher.verifyDummy(input.password)
+      throw new AppError('INVALID_CREDENTIALS')
+    }
+    if (!(await this.deps.hasher.verify(user.password_hash, input.password))) {
+      throw new AppError('INVALID_CREDENTIALS')
+    }
+    // Only the owner of the password learns the account's state.
+    this.assertUsable(user)
+
+    if (this.deps.hasher.needsRehash(user.password_hash)) await this.upgradeHash(user, input.password)
+
+    const now = this.deps.clock.now()
+    const sessionId = randomUUID()
+    const [access, refresh] = await Promise.all([
+      this.deps.tokens.signAccess(user.id, sessionId),
+      this.deps.tokens.signRefresh(user.id, sessionId),
+    ])
+    await sessions.insert(this.db, {
+      id: sessionId,
+      user_id: user.id,
+      created_at: now,
+      last_used_at: now,
+      expires_at: refresh.expiresAt,
+      revoked_at: null,
+      user_agent: context.userAgent?.slice(0, 512) ?? null,
+      ip: context.ip,
+    })
+    return {
+      access_token: access.token,
+      refresh_token: refresh.token,
+      token_type: 'bearer' as const,
+      expires_in: ACCESS_TTL_SECONDS,
+    }
+  }
+
+  private assertUsable(user: Pick<UserRow, 'status' | 'email_verified_at'>): void {
+    if (user.status === 'disabled') throw new AppError('ACCOUNT_DISABLED')
+    if (this.deps.requireEmailVerification && user.email_verified_at === null) throw new AppError('EMAIL_NOT_VERIFIED')
+  }
+
+  /** Rehash-on-login: raising the argon2 parameters upgrades each account at its next login. */
+  private async upgradeHash(user: UserRow, password: string): Promise<void> {
+    try {
+      const next = await this.deps.hasher.hash(password)
+      await users.replacePasswordHash(this.db, user.id, user.password_hash, next, this.deps.clock.now())
+    } catch (error) {
+      this.deps.logger.warn({ err: { message: (error as Error).message }, userId: user.id }, 'password rehash failed')
+    }
+  }
+
+  async refresh(refreshToken: string) {
+    const result = await this.deps.tokens.verify(refreshToken, 'refresh')
+    // Expired, forged, malformed or an access token: all the same to the client.
+    if (result.status !== 'valid') throw new AppError('INVALID_REFRESH_TOKEN')
+    const { sub, sid } = result.claims
+    const now = this.deps.clock.now()
+    const state = await sessions.findAuthState(this.db, sid)
+    if (!state || state.user_id !== sub || state.revoked_at !== null || state.expires_at <= now) {
+      throw new AppError('INVALID_REFRESH_TOKEN')
+    }
+    this.assertUsable(state)
+    await sessions.touch(this.db, sid, now)
+    const access = await this.deps.tokens.signAccess(sub, sid)
+    return { access_token: access.token, expires_in: ACCESS_TTL_SECONDS }
+  }
+
+  /**
+   * Bearer authentication. The order is the contract: a forged or malformed token is INVALID_TOKEN
+   * whatever its `exp`; a revoked session is INVALID_TOKEN; the account state is checked on every
+   * request (a disable bites at once); only then may a genuine token be TOKEN_EXPIRED.
+   */
+  async authenticate(accessToken: string): Promise<Principal> {
+    const result = await this.deps.tokens.verify(accessToken, 'access')
+    if (result.status === 'invalid') throw new AppError('INVALID_TOKEN')
+    const { sub, sid } = result.claims
+    const state = await sessions.findAuthState(this.db, sid)
+    if (!state || state.user_id !== sub || state.revoked_at !== null) throw new AppError('INVALID_TOKEN')
+    this.assertUsable(state)
+    if (result.status === 'expired') throw new AppError('TOKEN_EXPIRED')
+    return { userId: sub, sessionId: sid }
+  }
+
+  async me(principal: Principal) {
+    const user = await users.findById(this.db, principal.userId)
+    if (!user) throw new AppError('INVALID_TOKEN')
+    return {
+      user_id: user.id,
+      email: user.email,
+      full_name: user.full_name,
+      email_verified: user.email_verified_at !== null,
+      created_at: new Date(user.created_at).toISOString(),
+    }
+  }
+}

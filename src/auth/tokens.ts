@@ -1,0 +1,131 @@
+import { randomUUID } from 'node:crypto'
+import { compactVerify, SignJWT, type JWSHeaderParameters } from 'jose'
+import type { Clock } from '../clock.ts'
+import { SIGNING_ALG, type KeyStore } from './keys.ts'
+
+export const ACCESS_TTL_SECONDS = 900
+export const REFRESH_TTL_SECONDS = 7 * 24 * 3600
+export const CLOCK_SKEW_SECONDS = 30
+
+/** Header `typ` values; each token type verifies only as itself. */
+const TYP = { access: 'at+jwt', refresh: 'rt+jwt' } as const
+export type TokenKind = keyof typeof TYP
+
+/** The first-party client every token is issued to (RFC 9068 requires client_id). */
+export const CLIENT_ID = 'portcullis'
+
+const MAX_TOKEN_LENGTH = 4096
+const MAX_KID_LENGTH = 128
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
+export interface TokenClaims {
+  sub: string
+  sid: string
+  jti: string
+  iat: number
+  exp: number
+}
+
+export type VerifyResult =
+  | { status: 'valid'; claims: TokenClaims }
+  /** Genuine and well-formed, but past `exp` (plus skew). The caller still checks the session first. */
+  | { status: 'expired'; claims: TokenClaims }
+  | { status: 'invalid' }
+
+export interface TokenServiceOptions {
+  issuer: string
+  audience: string
+  clock: Clock
+}
+
+export class TokenService {
+  constructor(
+    private readonly keys: KeyStore,
+    private readonly options: TokenServiceOptions,
+  ) {}
+
+  private async sign(kind: TokenKind, subject: string, sessionId: string, ttl: number, extra: Record<string, unknown>) {
+    const iat = Math.floor(this.options.clock.now() / 1000)
+    const { kid, privateKey } = this.keys.signingKey()
+    const token = await new SignJWT({ sid: sessionId, ...extra })
+      .setProtectedHeader({ alg: SIGNING_ALG, kid, typ: TYP[kind] })
+      .setIssuer(this.options.issuer)
+      .setSubject(subject)
+      .setJti(randomUUID())
+      .setIssuedAt(iat)
+      .setExpirationTime(iat + ttl)
+      .sign(privateKey)
+    return { token, expiresAt: (iat + ttl) * 1000 }
+  }
+
+  signAccess(userId: string, sessionId: string) {
+    return this.sign('access', userId, sessionId, ACCESS_TTL_SECONDS, { aud: this.options.audience, client_id: CLIENT_ID })
+  }
+
+  /** The refresh token's audience is this service itself: it is never meant for a resource server. */
+  signRefresh(userId: string, sessionId: string) {
+    return this.sign('refresh', userId, sessionId, REFRESH_TTL_SECONDS, { aud: this.options.issuer })
+  }
+
+  /**
+   * Signature, algorithm, type, issuer, audience and claim shapes are all checked before `exp`,
+   * so "expired" is only ever said of a token this service really issued.
+   */
+  async verify(token: string, kind: TokenKind): Promise<VerifyResult> {
+    if (token.length > MAX_TOKEN_LENGTH || token.split('.').length !== 3) return { status: 'invalid' }
+    let header: JWSHeaderParameters
+    let payloadBytes: Uint8Array
+    try {
+      const result = await compactVerify(
+        token,
+        async (protectedHeader) => {
+          const kid = protectedHeader.kid
+          // The kid only ever indexes an in-memory map; it never reaches a path, query or shell.
+          if (typeof kid !== 'string' || kid.length === 0 || kid.length > MAX_KID_LENGTH) throw new Error('bad kid')
+          const key = await this.keys.verificationKey(kid)
+          if (!key) throw new Error('unknown kid')
+          return key
+        },
+        // Pinned: "none", HS256 with the public key as secret and every other algorithm are refused.
+        { algorithms: [SIGNING_ALG] },
+      )
+      header = result.protectedHeader
+      payloadBytes = result.payload
+    } catch {
+      return { status: 'invalid' }
+    }
+    if (header.typ !== TYP[kind]) return { status: 'invalid' }
+
+    let payload: Record<string, unknown>
+    try {
+      const parsed: unknown = JSON.parse(new TextDecoder().decode(payloadBytes))
+      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return { status: 'invalid' }
+      payload = parsed as Record<string, unknown>
+    } catch {
+      return { status: 'invalid' }
+    }
+
+    const expectedAudience = kind === 'access' ? this.options.audience : this.options.issuer
+    const { iss, aud, sub, sid, jti, iat, exp, nbf } = payload
+    const audienceOk = aud === expectedAudience || (Array.isArray(aud) && aud.includes(expectedAudience))
+    const shapesOk =
+      iss === this.options.issuer &&
+      audienceOk &&
+      typeof sub === 'string' && UUID.test(sub) &&
+      typeof sid === 'string' && UUID.test(sid) &&
+      typeof jti === 'string' && jti.length > 0 &&
+      Number.isSafeInteger(iat) &&
+      Number.isSafeInteger(exp) &&
+      (nbf === undefined || Number.isSafeInteger(nbf))
+    if (!shapesOk) return { status: 'invalid' }
+
+    const now = this.options.clock.now() / 1000
+    // A token from the future is not "not yet valid" here: it is forged or from a broken clock.
+    if ((iat as number) > now + CLOCK_SKEW_SECONDS) return { status: 'invalid' }
+    if (nbf !== undefined && (nbf as number) > now + CLOCK_SKEW_SECONDS) return { status: 'invalid' }
+    if ((exp as number) <= (iat as number)) return { status: 'invalid' }
+
+    const claims: TokenClaims = { sub: sub as string, sid: sid as string, jti: jti as string, iat: iat as number, exp: exp as number }
+    return now >= (exp as number) + CLOCK_SKEW_SECONDS ? { status: 'expired', claims } : { status: 'valid', claims }
+  }
+}

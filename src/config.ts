@@ -1,0 +1,150 @@
+import { existsSync, readFileSync } from 'node:fs'
+import { isIP } from 'node:net'
+import path from 'node:path'
+import Type, { type Static } from 'typebox'
+import Value from 'typebox/value'
+
+/**
+ * Every environment variable the service reads, in one schema. The configuration type is derived
+ * from it; nothing else reads process.env.
+ */
+const EnvSchema = Type.Object({
+  NODE_ENV: Type.Union([Type.Literal('development'), Type.Literal('production'), Type.Literal('test')], {
+    default: 'development',
+  }),
+  PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  BASE_PATH: Type.String({ pattern: '^(/[A-Za-z0-9._~-]+)+$', default: '/api/v1' }),
+  DATA_DIR: Type.String({ minLength: 1, default: './data' }),
+  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
+  SMTP_URL: Type.Optional(Type.String({ pattern: '^smtps?://' })),
+  MAIL_FROM: Type.String({ minLength: 3, default: 'Portcullis <no-reply@localhost>' }),
+  REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://' })),
+  REQUIRE_EMAIL_VERIFICATION: Type.Boolean({ default: true }),
+  PUBLIC_URL: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+(/[^?#]*)?$' })),
+  TLS_CERT_FILE: Type.Optional(Type.String({ minLength: 1 })),
+  TLS_KEY_FILE: Type.Optional(Type.String({ minLength: 1 })),
+  TRUST_PROXY: Type.Optional(Type.String({ minLength: 1 })),
+  VERIFY_EMAIL_URL: Type.Optional(Type.String({ pattern: '\\{token\\}' })),
+  RESET_PASSWORD_URL: Type.Optional(Type.String({ pattern: '\\{token\\}' })),
+  LOG_LEVEL: Type.Union(
+    ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
+    { default: 'info' },
+  ),
+})
+
+type Env = Static<typeof EnvSchema>
+
+/** A wrong value: start-up stops with this one line. */
+export class ConfigError extends Error {
+  constructor(variable: string, problem: string) {
+    super(`Invalid configuration: ${variable} ${problem}`)
+    this.name = 'ConfigError'
+  }
+}
+
+const PROXY_KEYWORDS = new Set(['loopback', 'linklocal', 'uniquelocal'])
+
+function parseTrustProxy(value: string | undefined): string[] | undefined {
+  if (value === undefined) return undefined
+  const entries = value.split(',').map((entry) => entry.trim()).filter(Boolean)
+  for (const entry of entries) {
+    if (PROXY_KEYWORDS.has(entry)) continue
+    const [address, bits, ...rest] = entry.split('/')
+    const family = isIP(address ?? '')
+    const maxBits = family === 4 ? 32 : 128
+    const bitsOk = bits === undefined || (/^\d{1,3}$/.test(bits) && Number(bits) <= maxBits)
+    if (family === 0 || !bitsOk || rest.length > 0) {
+      throw new ConfigError('TRUST_PROXY', `has "${entry}", which is not an IP address, CIDR range or one of ${[...PROXY_KEYWORDS].join(', ')}`)
+    }
+  }
+  if (entries.length === 0) throw new ConfigError('TRUST_PROXY', 'is empty')
+  return entries
+}
+
+function describe(variable: string, schema: unknown): string {
+  const s = schema as { anyOf?: { const?: unknown }[]; type?: string; pattern?: string; minimum?: number; maximum?: number }
+  if (s.anyOf) return `must be one of ${s.anyOf.map((v) => v.const).join(', ')}`
+  if (s.type === 'integer') return `must be a whole number from ${s.minimum} to ${s.maximum}`
+  if (s.type === 'boolean') return 'must be true or false'
+  if (variable.endsWith('_URL') && s.pattern) return `must be a URL matching ${s.pattern}`
+  if (s.pattern) return `must match ${s.pattern}`
+  return 'is not valid'
+}
+
+function parseEnv(source: Record<string, string | undefined>): Env {
+  const raw: Record<string, unknown> = {}
+  for (const key of Object.keys(EnvSchema.properties)) {
+    const value = source[key]
+    if (value === undefined || value === '') continue
+    if (key === 'REQUIRE_EMAIL_VERIFICATION') {
+      // Only the two spellings; "yes", "0" or a typo must not silently mean either.
+      raw[key] = value === 'true' ? true : value === 'false' ? false : value
+    } else if (key === 'PORT') {
+      raw[key] = /^\d+$/.test(value) ? Number(value) : value
+    } else {
+      raw[key] = value
+    }
+  }
+  const withDefaults = Value.Default(EnvSchema, raw) as Record<string, unknown>
+  for (const key of Object.keys(EnvSchema.properties) as (keyof Env)[]) {
+    const propertySchema = EnvSchema.properties[key]
+    if (withDefaults[key] === undefined) continue
+    if (!Value.Check(propertySchema, withDefaults[key])) throw new ConfigError(key, describe(key, propertySchema))
+  }
+  return withDefaults as Env
+}
+
+export function loadConfig(source: Record<string, string | undefined> = process.env) {
+  const env = parseEnv(source)
+  const production = env.NODE_ENV === 'production'
+  const trustProxy = parseTrustProxy(env.TRUST_PROXY)
+
+  if ((env.TLS_CERT_FILE === undefined) !== (env.TLS_KEY_FILE === undefined)) {
+    throw new ConfigError(env.TLS_CERT_FILE ? 'TLS_KEY_FILE' : 'TLS_CERT_FILE', 'must be set together with the other TLS file')
+  }
+  let tls: { cert: Buffer; key: Buffer } | undefined
+  if (env.TLS_CERT_FILE && env.TLS_KEY_FILE) {
+    for (const variable of ['TLS_CERT_FILE', 'TLS_KEY_FILE'] as const) {
+      if (!existsSync(env[variable]!)) throw new ConfigError(variable, `names a file that does not exist: ${env[variable]}`)
+    }
+    tls = { cert: readFileSync(env.TLS_CERT_FILE), key: readFileSync(env.TLS_KEY_FILE) }
+  }
+
+  const publicUrl = (env.PUBLIC_URL ?? `${tls ? 'https' : 'http'}://localhost:${env.PORT}`).replace(/\/+$/, '')
+
+  if (production) {
+    // HTTPS is mandatory in production: either we terminate TLS or a trusted proxy does.
+    if (!tls && !trustProxy) {
+      throw new ConfigError('TLS_CERT_FILE', 'or TRUST_PROXY must be set in production (HTTPS is required)')
+    }
+    if (!env.SMTP_URL) throw new ConfigError('SMTP_URL', 'must be set in production (mail cannot go to the outbox)')
+    if (!publicUrl.startsWith('https://')) throw new ConfigError('PUBLIC_URL', 'must be an https:// URL in production')
+  }
+
+  return {
+    nodeEnv: env.NODE_ENV,
+    production,
+    port: env.PORT,
+    host: env.HOST,
+    basePath: env.BASE_PATH,
+    dataDir: path.resolve(env.DATA_DIR),
+    databaseUrl: env.DATABASE_URL,
+    smtpUrl: env.SMTP_URL,
+    mailFrom: env.MAIL_FROM,
+    redisUrl: env.REDIS_URL,
+    requireEmailVerification: env.REQUIRE_EMAIL_VERIFICATION,
+    publicUrl,
+    tls,
+    trustProxy,
+    verifyEmailUrl: env.VERIFY_EMAIL_URL ?? `${publicUrl}/verify-email?token={token}`,
+    resetPasswordUrl: env.RESET_PASSWORD_URL ?? `${publicUrl}/reset-password?token={token}`,
+    logLevel: env.LOG_LEVEL,
+    /** The `iss` of every token this service signs. */
+    issuer: publicUrl,
+    /** The `aud` of access tokens: the API they are meant for (RFC 9068). */
+    audience: `${publicUrl}${env.BASE_PATH}`,
+  }
+}
+
+export type Config = ReturnType<typeof loadConfig>

@@ -1,0 +1,117 @@
+import { mkdirSync } from 'node:fs'
+import path from 'node:path'
+import SQLite from 'better-sqlite3'
+import { Kysely, Migrator, PostgresDialect, SqliteDialect, sql, type Migration } from 'kysely'
+import pg from 'pg'
+import type { Database } from './schema.ts'
+import * as m0001 from './migrations/0001_initial.ts'
+
+export type Engine = 'sqlite' | 'postgres'
+
+export interface Db {
+  kysely: Kysely<Database>
+  engine: Engine
+  /** Cheap liveness probe for /readyz. */
+  ping(): Promise<void>
+  close(): Promise<void>
+}
+
+export interface DbOptions {
+  databaseUrl?: string | undefined
+  dataDir: string
+  /** Where pool-level errors go (a dropped idle connection must not crash the process). */
+  onPoolError?: (error: Error) => void
+}
+
+const PG_INT8_OID = 20
+
+export function openDatabase(options: DbOptions): Db {
+  if (options.databaseUrl) return openPostgres(options.databaseUrl, options.onPoolError)
+  return openSqlite(options.dataDir)
+}
+
+function openSqlite(dataDir: string): Db {
+  mkdirSync(dataDir, { recursive: true })
+  const file = path.join(dataDir, 'portcullis.db')
+  const sqlite = new SQLite(file)
+  sqlite.pragma('journal_mode = WAL')
+  // FULL makes each commit durable across power loss in WAL mode (NORMAL only guards against corruption).
+  sqlite.pragma('synchronous = FULL')
+  sqlite.pragma('foreign_keys = ON')
+  // A CLI command and the server may share the file; wait for the other writer instead of failing.
+  sqlite.pragma('busy_timeout = 5000')
+  const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) })
+  return {
+    kysely,
+    engine: 'sqlite',
+    async ping() {
+      await sql`select 1`.execute(kysely)
+    },
+    async close() {
+      await kysely.destroy()
+    },
+  }
+}
+
+function openPostgres(connectionString: string, onPoolError?: (error: Error) => void): Db {
+  const pool = new pg.Pool({
+    connectionString,
+    max: 10,
+    // Fail fast while the database is away, so callers get 503 quickly instead of hanging.
+    connectionTimeoutMillis: 2000,
+    idleTimeoutMillis: 30_000,
+    types: {
+      getTypeParser: ((oid: number, format?: string) =>
+        oid === PG_INT8_OID ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
+    },
+  })
+  pool.on('error', (error) => onPoolError?.(error))
+  const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) })
+  return {
+    kysely,
+    engine: 'postgres',
+    async ping() {
+      await sql`select 1`.execute(kysely)
+    },
+    async close() {
+      await kysely.destroy()
+    },
+  }
+}
+
+const migrations: Record<string, Migration> = {
+  '0001_initial': m0001,
+}
+
+/** Applies every pending migration; safe to run from several processes at once on PostgreSQL. */
+export async function migrate(db: Db): Promise<string[]> {
+  const migrator = new Migrator({ db: db.kysely, provider: { getMigrations: async () => migrations } })
+  const { error, results } = await migrator.migrateToLatest()
+  if (error) throw error
+  return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName)
+}
+
+/** True when the error is a unique-constraint violation on either engine. */
+export function isUniqueViolation(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY'
+}
+
+const UNAVAILABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH', 'EPIPE', 'EAI_AGAIN'])
+const UNAVAILABLE_MESSAGES = [/Connection terminated/i, /timeout exceeded when trying to connect/i, /Client has encountered a connection error/i, /connection is closed/i]
+
+/**
+ * True when the error means "the database cannot be reached right now" rather than a bug:
+ * such errors answer 503 and the pool recovers by itself once the server is back.
+ */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  if (!(error instanceof Error)) return false
+  const code = (error as { code?: unknown }).code
+  if (typeof code === 'string') {
+    if (UNAVAILABLE_NODE_CODES.has(code)) return true
+    // PostgreSQL classes 08 (connection exception), 53 (insufficient resources), 57P (operator intervention).
+    if (/^(08|53)[0-9A-Z]{3}$/.test(code) || /^57P0[1-4]$/.test(code)) return true
+    if (code === 'SQLITE_BUSY' || code.startsWith('SQLITE_IOERR') || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_FULL') return true
+  }
+  return UNAVAILABLE_MESSAGES.some((pattern) => pattern.test(error.message))
+}

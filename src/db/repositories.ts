@@ -1,0 +1,131 @@
+import type { Kysely, Selectable } from 'kysely'
+import type { Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable } from './schema.ts'
+
+/**
+ * Storage calls, one group a table. Each takes the executor first, so the same call runs on the
+ * pool or inside a transaction. They return data or null; services decide what that means.
+ */
+type Executor = Kysely<Database>
+
+export type UserRow = Selectable<UsersTable>
+export type SessionRow = Selectable<SessionsTable>
+export type SigningKeyRow = Selectable<SigningKeysTable>
+
+export const users = {
+  async insert(db: Executor, row: UserRow): Promise<void> {
+    await db.insertInto('users').values(row).execute()
+  },
+
+  async findByEmail(db: Executor, email: string): Promise<UserRow | null> {
+    return (await db.selectFrom('users').selectAll().where('email', '=', email).executeTakeFirst()) ?? null
+  },
+
+  async findById(db: Executor, id: string): Promise<UserRow | null> {
+    return (await db.selectFrom('users').selectAll().where('id', '=', id).executeTakeFirst()) ?? null
+  },
+
+  async list(db: Executor, limit: number): Promise<UserRow[]> {
+    return db.selectFrom('users').selectAll().orderBy('created_at').orderBy('id').limit(limit).execute()
+  },
+
+  /** Sets the verification time once; returns false when the user was already verified or is gone. */
+  async markVerified(db: Executor, id: string, at: number): Promise<boolean> {
+    const result = await db
+      .updateTable('users')
+      .set({ email_verified_at: at, updated_at: at })
+      .where('id', '=', id)
+      .where('email_verified_at', 'is', null)
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  async setStatus(db: Executor, id: string, status: UserRow['status'], reason: UserRow['disabled_reason'], at: number): Promise<void> {
+    await db.updateTable('users').set({ status, disabled_reason: reason, updated_at: at }).where('id', '=', id).execute()
+  },
+
+  /** Replaces the hash only if it is still the one the caller read, so a concurrent password change wins. */
+  async replacePasswordHash(db: Executor, id: string, previousHash: string, nextHash: string, at: number): Promise<void> {
+    await db
+      .updateTable('users')
+      .set({ password_hash: nextHash, updated_at: at })
+      .where('id', '=', id)
+      .where('password_hash', '=', previousHash)
+      .execute()
+  },
+}
+
+export interface SessionAuthState {
+  user_id: string
+  expires_at: number
+  revoked_at: number | null
+  status: UserRow['status']
+  email_verified_at: number | null
+}
+
+export const sessions = {
+  async insert(db: Executor, row: SessionRow): Promise<void> {
+    await db.insertInto('sessions').values(row).execute()
+  },
+
+  /** The session and its owner's state in one indexed read. */
+  async findAuthState(db: Executor, id: string): Promise<SessionAuthState | null> {
+    const row = await db
+      .selectFrom('sessions')
+      .innerJoin('users', 'users.id', 'sessions.user_id')
+      .select(['sessions.user_id', 'sessions.expires_at', 'sessions.revoked_at', 'users.status', 'users.email_verified_at'])
+      .where('sessions.id', '=', id)
+      .executeTakeFirst()
+    return row ?? null
+  },
+
+  async touch(db: Executor, id: string, at: number): Promise<void> {
+    await db.updateTable('sessions').set({ last_used_at: at }).where('id', '=', id).execute()
+  },
+}
+
+export const oneTimeTokens = {
+  async insert(
+    db: Executor,
+    row: { token_hash: string; user_id: string; purpose: OneTimeTokenPurpose; created_at: number; expires_at: number },
+  ): Promise<void> {
+    await db.insertInto('one_time_tokens').values({ ...row, used_at: null }).execute()
+  },
+
+  /**
+   * Marks a live token used and returns its user, in one statement: two concurrent uses of the
+   * same token cannot both succeed.
+   */
+  async consume(db: Executor, tokenHash: string, purpose: OneTimeTokenPurpose, at: number): Promise<string | null> {
+    const row = await db
+      .updateTable('one_time_tokens')
+      .set({ used_at: at })
+      .where('token_hash', '=', tokenHash)
+      .where('purpose', '=', purpose)
+      .where('used_at', 'is', null)
+      .where('expires_at', '>', at)
+      .returning('user_id')
+      .executeTakeFirst()
+    return row?.user_id ?? null
+  },
+
+  /** Retires every unused token of one purpose, so only the newest mail's link works. */
+  async retireAll(db: Executor, userId: string, purpose: OneTimeTokenPurpose, at: number): Promise<void> {
+    await db
+      .updateTable('one_time_tokens')
+      .set({ used_at: at })
+      .where('user_id', '=', userId)
+      .where('purpose', '=', purpose)
+      .where('used_at', 'is', null)
+      .execute()
+  },
+}
+
+export const signingKeys = {
+  async list(db: Executor): Promise<SigningKeyRow[]> {
+    return db.selectFrom('signing_keys').selectAll().orderBy('created_at').orderBy('kid').execute()
+  },
+
+  async insert(db: Executor, row: SigningKeyRow): Promise<void> {
+    await db.insertInto('signing_keys').values(row).execute()
+  },
+}

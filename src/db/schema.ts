@@ -1,0 +1,52 @@
+/**
+ * Row types of every table. Times are integer milliseconds since the epoch on both engines
+ * (bigint in PostgreSQL, INTEGER in SQLite), so comparisons and the injected clock work alike.
+ */
+export interface UsersTable {
+  id: string
+  email: string
+  full_name: string
+  password_hash: string
+  email_verified_at: number | null
+  status: 'active' | 'disabled'
+  disabled_reason: 'suspended' | 'banned' | null
+  created_at: number
+  updated_at: number
+}
+
+export interface SessionsTable {
+  id: string
+  user_id: string
+  created_at: number
+  last_used_at: number
+  expires_at: number
+  revoked_at: number | null
+  user_agent: string | null
+  ip: string | null
+}
+
+export type OneTimeTokenPurpose = 'verify_email' | 'reset_password'
+
+export interface OneTimeTokensTable {
+  token_hash: string
+  user_id: string
+  purpose: OneTimeTokenPurpose
+  created_at: number
+  expires_at: number
+  used_at: number | null
+}
+
+export interface SigningKeysTable {
+  kid: string
+  alg: string
+  public_jwk: string
+  private_jwk: string
+  created_at: number
+}
+
+export interface Database {
+  users: UsersTable
+  sessions: SessionsTable
+  one_time_tokens: OneTimeTokensTable
+  signing_keys: SigningKeysTable
+}

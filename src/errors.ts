@@ -1,0 +1,56 @@
+/**
+ * The one error type of the service and the catalogue of its codes.
+ * Codes are part of the published interface: never rename one once released.
+ */
+export const ErrorCodes = {
+  INVALID_CREDENTIALS: { status: 401, message: 'The e-mail address or password is incorrect.' },
+  TOKEN_EXPIRED: { status: 401, message: 'The access token has expired; refresh it and try again.' },
+  EMAIL_NOT_VERIFIED: { status: 403, message: 'The e-mail address must be verified first.' },
+  ACCOUNT_DISABLED: { status: 403, message: 'The account is disabled.' },
+  EMAIL_EXISTS: { status: 409, message: 'An account with this e-mail address already exists.' },
+  VALIDATION_ERROR: { status: 400, message: 'The request is not valid.' },
+  AUTH_REQUIRED: { status: 401, message: 'A bearer access token is required.' },
+  INVALID_TOKEN: { status: 401, message: 'The access token is not valid.' },
+  INVALID_REFRESH_TOKEN: { status: 401, message: 'The refresh token is not valid.' },
+  INVALID_VERIFICATION_TOKEN: { status: 400, message: 'The verification token is unknown, used or expired.' },
+  INVALID_RESET_TOKEN: { status: 400, message: 'The password reset token is unknown, used or expired.' },
+  NOT_FOUND: { status: 404, message: 'Not found.' },
+  METHOD_NOT_ALLOWED: { status: 405, message: 'This method is not allowed on this path.' },
+  PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The request body must be application/json.' },
+  LIMIT_EXCEEDED: { status: 409, message: 'A limit has been reached.' },
+  RATE_LIMITED: { status: 429, message: 'Too many requests; try again later.' },
+  INTERNAL_ERROR: { status: 500, message: 'An internal error occurred.' },
+  SERVICE_UNAVAILABLE: { status: 503, message: 'The service is temporarily unavailable; try again later.' },
+} as const
+
+export type ErrorCode = keyof typeof ErrorCodes
+
+export interface ErrorDetail {
+  field: string
+  message: string
+}
+
+export class AppError extends Error {
+  readonly code: ErrorCode
+  readonly status: number
+  readonly details: ErrorDetail[] | undefined
+  /** Extra response headers the error must carry (WWW-Authenticate, Retry-After, Allow). */
+  readonly headers: Record<string, string>
+
+  constructor(
+    code: ErrorCode,
+    options: { message?: string; details?: ErrorDetail[]; cause?: unknown; headers?: Record<string, string> } = {},
+  ) {
+    super(options.message ?? ErrorCodes[code].message, { cause: options.cause })
+    this.name = 'AppError'
+    this.code = code
+    this.status = ErrorCodes[code].status
+    this.details = options.details
+    this.headers = options.headers ?? {}
+  }
+}
+
+export function validationError(field: string, message: string): AppError {
+  return new AppError('VALIDATION_ERROR', { details: [{ field, message }] })
+}

@@ -1,0 +1,38 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { AuthService, Principal } from '../auth/service.ts'
+import { AppError } from '../errors.ts'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal | null
+  }
+}
+
+// RFC 6750 b64token; anything else after "Bearer " is a malformed credential, not a missing one.
+const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i
+
+function credential(request: FastifyRequest): string | null {
+  const header = request.headers.authorization
+  if (typeof header !== 'string' || !/^Bearer(\s|$)/i.test(header)) return null
+  const match = BEARER.exec(header)
+  if (!match) throw new AppError('INVALID_TOKEN')
+  return match[1]!
+}
+
+/**
+ * Installs bearer authentication on one plugin scope: every route registered in that scope is
+ * protected, whatever its URL. Runs before the body is read, so anonymous traffic costs little.
+ */
+export function protect(scope: FastifyInstance, auth: AuthService): void {
+  scope.decorateRequest('principal', null)
+  scope.addHook('onRequest', async (request) => {
+    const token = credential(request)
+    if (token === null) throw new AppError('AUTH_REQUIRED')
+    request.principal = await auth.authenticate(token)
+  })
+}
+
+export function principalOf(request: FastifyRequest): Principal {
+  if (!request.principal) throw new AppError('AUTH_REQUIRED')
+  return request.principal
+}

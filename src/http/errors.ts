@@ -1,0 +1,86 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import FindMyWay, { type HTTPMethod } from 'find-my-way'
+import { isDatabaseUnavailable } from '../db/index.ts'
+import { AppError, type ErrorCode } from '../errors.ts'
+import { validationDetails } from './validation.ts'
+
+const REALM = 'Bearer realm="portcullis"'
+const TOKEN_CODES = new Set<ErrorCode>(['INVALID_TOKEN', 'TOKEN_EXPIRED', 'INVALID_REFRESH_TOKEN'])
+
+/** Fastify's own errors, by code, in the service's vocabulary. */
+function fromFastify(error: FastifyError): AppError | null {
+  if (error.validation) {
+    return new AppError('VALIDATION_ERROR', { details: validationDetails(error.validation as never, error.validationContext) })
+  }
+  switch (error.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new AppError('PAYLOAD_TOO_LARGE')
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+    case 'FST_ERR_CTP_INVALID_TYPE':
+      return new AppError('UNSUPPORTED_MEDIA_TYPE')
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new AppError('VALIDATION_ERROR', { message: 'The request body is not valid JSON.', details: [{ field: 'body', message: 'is not valid JSON' }] })
+  }
+  if (error instanceof SyntaxError || error.statusCode === 400) {
+    // secure-json-parse's refusals (malformed JSON, __proto__ keys) and other malformed requests.
+    return new AppError('VALIDATION_ERROR', { message: 'The request body is not valid JSON.', details: [{ field: 'body', message: 'is not valid JSON' }] })
+  }
+  if (error.statusCode === 404) return new AppError('NOT_FOUND')
+  if (error.statusCode === 413) return new AppError('PAYLOAD_TOO_LARGE')
+  if (error.statusCode === 415) return new AppError('UNSUPPORTED_MEDIA_TYPE')
+  return null
+}
+
+export function toAppError(error: unknown): AppError {
+  if (error instanceof AppError) return error
+  if (isDatabaseUnavailable(error)) return new AppError('SERVICE_UNAVAILABLE', { cause: error, headers: { 'retry-after': '5' } })
+  return fromFastify(error as FastifyError) ?? new AppError('INTERNAL_ERROR', { cause: error })
+}
+
+export function sendError(reply: FastifyReply, appError: AppError): FastifyReply {
+  const error: { code: ErrorCode; message: string; details?: unknown } = { code: appError.code, message: appError.message }
+  if (appError.details) error.details = appError.details
+  reply.code(appError.status)
+  if (appError.status === 401) {
+    // RFC 7235 on every 401; RFC 6750's error attribute when the token itself is the problem.
+    reply.header('www-authenticate', TOKEN_CODES.has(appError.code) ? `${REALM}, error="invalid_token"` : REALM)
+  }
+  for (const [name, value] of Object.entries(appError.headers)) reply.header(name, value)
+  return reply.type('application/json; charset=utf-8').send({ success: false, error })
+}
+
+/**
+ * One handler turns anything thrown into the envelope. 5xx internals (stack, SQL, driver text)
+ * go to the log with the request id and never to the client.
+ */
+export function installErrorHandling(app: FastifyInstance): void {
+  app.setErrorHandler((error, request: FastifyRequest, reply) => {
+    const appError = toAppError(error)
+    if (appError.status >= 500) {
+      const cause = (appError.cause ?? error) as Error
+      request.log.error({ err: { type: cause?.name, message: cause?.message, code: (cause as FastifyError)?.code, stack: cause?.stack } }, appError.code)
+    }
+    return sendError(reply, appError)
+  })
+
+  // Every route is also recorded here, so an unknown method on a known path can answer 405
+  // with the methods it does allow, and only a truly unknown path answers 404.
+  const known = FindMyWay()
+  const methods = new Set<HTTPMethod>()
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat() as HTTPMethod[]) {
+      methods.add(method)
+      known.on(method, route.url, () => {})
+    }
+  })
+
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0] ?? '/'
+    const allowed = [...methods].filter((method) => known.find(method, path) !== null)
+    if (allowed.length > 0) {
+      return sendError(reply, new AppError('METHOD_NOT_ALLOWED', { headers: { allow: allowed.sort().join(', ') } }))
+    }
+    return sendError(reply, new AppError('NOT_FOUND'))
+  })
+}

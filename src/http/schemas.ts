@@ -1,0 +1,28 @@
+import Type, { type TSchema } from 'typebox'
+
+/** `{success: true, data, message?}` around a payload schema, exactly as the seed describes. */
+export function Envelope<T extends TSchema>(data: T, options: { message?: boolean } = {}) {
+  return Type.Object(
+    options.message
+      ? { success: Type.Literal(true), data, message: Type.String() }
+      : { success: Type.Literal(true), data },
+  )
+}
+
+export const ErrorEnvelope = Type.Object({
+  success: Type.Literal(false),
+  error: Type.Object({
+    code: Type.String({ description: 'A documented UPPER_SNAKE code' }),
+    message: Type.String(),
+    details: Type.Optional(Type.Array(Type.Object({ field: Type.String(), message: Type.String() }))),
+  }),
+})
+
+/** Request bodies refuse members they do not name (mass assignment). */
+export function Body<T extends Record<string, TSchema>>(properties: T) {
+  return Type.Object(properties, { additionalProperties: false })
+}
+
+export function ok<T>(data: T, message?: string) {
+  return message === undefined ? { success: true as const, data } : { success: true as const, data, message }
+}

@@ -1,0 +1,26 @@
+/** The slice of pino the services use; Fastify's logger satisfies it, tests may pass a silent one. */
+export interface Logger {
+  info(obj: object, msg?: string): void
+  warn(obj: object, msg?: string): void
+  error(obj: object, msg?: string): void
+}
+
+export const silentLogger: Logger = { info() {}, warn() {}, error() {} }
+
+/**
+ * Paths pino blanks out in every log line: credentials in headers and any password or token that
+ * could ride along in a logged object.
+ */
+export const REDACT_PATHS = [
+  'req.headers.authorization',
+  'req.headers.cookie',
+  'res.headers["set-cookie"]',
+  '*.password',
+  '*.current_password',
+  '*.new_password',
+  '*.token',
+  '*.access_token',
+  '*.refresh_token',
+  '*.private_jwk',
+  '*.password_hash',
+]

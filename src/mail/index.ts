@@ -1,0 +1,98 @@
+import { mkdir, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import nodemailer from 'nodemailer'
+import type { Logger } from '../logger.ts'
+
+export interface MailMessage {
+  to: string
+  subject: string
+  text: string
+}
+
+export interface MailTransport {
+  send(message: MailMessage): Promise<void>
+  close(): void
+}
+
+export interface MailerOptions {
+  smtpUrl?: string | undefined
+  from: string
+  outboxDir: string
+  logger: Logger
+}
+
+/** Real SMTP when SMTP_URL is set; otherwise (development only) .eml files in the outbox. */
+export function createMailTransport(options: MailerOptions): MailTransport {
+  if (options.smtpUrl) {
+    const transport = nodemailer.createTransport(options.smtpUrl)
+    return {
+      async send(message) {
+        await transport.sendMail({ from: options.from, ...message })
+      },
+      close: () => transport.close(),
+    }
+  }
+  const transport = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: 'unix' })
+  let sequence = 0
+  return {
+    async send(message) {
+      const info = await transport.sendMail({ from: options.from, ...message })
+      await mkdir(options.outboxDir, { recursive: true })
+      const file = path.join(options.outboxDir, `${Date.now()}-${process.pid}-${++sequence}.eml`)
+      await writeFile(file, info.message as Buffer, { mode: 0o600 })
+      // The link inside is a secret: the log says where the mail is, never what it says.
+      options.logger.info({ mail: { to: message.to, subject: message.subject, file } }, 'mail written to the outbox')
+    },
+    close() {},
+  }
+}
+
+/**
+ * Sends mail off the request path: a slow or failing SMTP server neither delays an answer (whose
+ * timing would then tell whether an address exists) nor fails a request that already succeeded.
+ */
+export class Mailer {
+  private readonly pending = new Set<Promise<void>>()
+
+  constructor(
+    private readonly transport: MailTransport,
+    private readonly logger: Logger,
+  ) {}
+
+  sendInBackground(message: MailMessage, purpose: string): void {
+    const delivery = this.transport
+      .send(message)
+      .catch((error: unknown) => {
+        this.logger.error({ err: { message: (error as Error).message }, purpose }, 'mail delivery failed')
+      })
+      .finally(() => this.pending.delete(delivery))
+    this.pending.add(delivery)
+  }
+
+  /** Waits for mail already handed over; used on shutdown. */
+  async drain(): Promise<void> {
+    while (this.pending.size > 0) await Promise.all([...this.pending])
+  }
+
+  close(): void {
+    this.transport.close()
+  }
+}
+
+export function verificationMail(to: string, link: string, token: string): MailMessage {
+  return {
+    to,
+    subject: 'Verify your e-mail address',
+    text: [
+      'Welcome to Portcullis.',
+      '',
+      'Open this link to verify your e-mail address (it works once, for 24 hours):',
+      link,
+      '',
+      'Or give this verification code to the application:',
+      token,
+      '',
+      'If you did not create an account, ignore this message.',
+    ].join('\n'),
+  }
+}
