@@ -32,19 +32,36 @@ export function createMailTransport(options: MailerOptions): MailTransport {
       close: () => transport.close(),
     }
   }
-  const transport = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: 'unix' })
   let sequence = 0
   return {
     async send(message) {
-      const info = await transport.sendMail({ from: options.from, ...message })
-      await mkdir(options.outboxDir, { recursive: true })
+      await mkdir(options.outboxDir, { recursive: true, mode: 0o700 })
       const file = path.join(options.outboxDir, `${Date.now()}-${process.pid}-${++sequence}.eml`)
-      await writeFile(file, info.message as Buffer, { mode: 0o600 })
+      await writeFile(file, outboxMessage(options.from, message), { mode: 0o600 })
       // The link inside is a secret: the log says where the mail is, never what it says.
       options.logger.info({ mail: { to: message.to, subject: message.subject, file } }, 'mail written to the outbox')
     },
     close() {},
   }
+}
+
+/**
+ * A readable .eml (8bit, RFC 6152) so a developer can copy the link straight out of the file.
+ * Every header value here is ours or an address that passed validation (no CR or LF).
+ */
+function outboxMessage(from: string, message: MailMessage): string {
+  return [
+    `From: ${from}`,
+    `To: ${message.to}`,
+    `Subject: ${message.subject}`,
+    `Date: ${new Date().toUTCString()}`,
+    'MIME-Version: 1.0',
+    'Content-Type: text/plain; charset=utf-8',
+    'Content-Transfer-Encoding: 8bit',
+    '',
+    message.text,
+    '',
+  ].join('\r\n')
 }
 
 /**

@@ -1,0 +1,48 @@
+// The test command. Runs every test file with node's test runner on both engines.
+// PostgreSQL: DATABASE_URL when given (CI starts one); otherwise a throwaway cluster started here
+// from the local PostgreSQL binaries. If neither works the run fails: no test is silently skipped.
+import { spawn, spawnSync } from 'node:child_process'
+import { mkdtempSync, readdirSync, statSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const root = path.dirname(path.dirname(fileURLToPath(import.meta.url)))
+const only = process.argv.slice(2)
+
+function testFiles(dir) {
+  return readdirSync(dir).flatMap((name) => {
+    const full = path.join(dir, name)
+    if (statSync(full).isDirectory()) return testFiles(full)
+    return name.endsWith('.test.ts') ? [full] : []
+  })
+}
+
+const files = (only.length > 0 ? only : testFiles(path.join(root, 'test'))).sort()
+const env = { ...process.env }
+let cluster
+
+if (!env.DATABASE_URL) {
+  const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-pg-'))
+  const port = String(20000 + Math.floor(Math.random() * 20000))
+  const started = spawnSync(path.join(root, 'scripts/pg-throwaway.sh'), ['start', dir, port], { encoding: 'utf8' })
+  if (started.status !== 0) {
+    process.stderr.write(started.stderr)
+    process.stderr.write('test: PostgreSQL is needed for the PostgreSQL half of the suite. Set DATABASE_URL or install PostgreSQL (apt-get install postgresql).\n')
+    process.exit(1)
+  }
+  env.DATABASE_URL = started.stdout.trim()
+  cluster = dir
+}
+
+const stop = () => {
+  if (cluster) spawnSync(path.join(root, 'scripts/pg-throwaway.sh'), ['stop', cluster])
+  cluster = undefined
+}
+for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => { stop(); process.exit(130) })
+
+const child = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', ...files], { env, stdio: 'inherit', cwd: root })
+child.on('exit', (code, signal) => {
+  stop()
+  process.exit(code ?? (signal ? 1 : 0))
+})

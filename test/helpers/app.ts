@@ -1,0 +1,92 @@
+import { randomBytes } from 'node:crypto'
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
+import { buildApp, type AppOverrides } from '../../src/app.ts'
+import { createArgon2Hasher } from '../../src/auth/passwords.ts'
+import type { Clock } from '../../src/clock.ts'
+import { loadConfig, type Config } from '../../src/config.ts'
+import { createStorage, type EngineName, type TestStorage } from './db.ts'
+import { MailCatcher, tokenFromMail } from './mail.ts'
+
+/** Real argon2id at a cost fit for tests only; production uses the OWASP parameters. */
+export const fastHasher = createArgon2Hasher({ memoryCost: 256, timeCost: 1, parallelism: 1 })
+
+/** A clock tests move by hand: expiry is tested by advancing it, never by sleeping. */
+export class TestClock implements Clock {
+  constructor(public ms = Date.now()) {}
+  now(): number {
+    return this.ms
+  }
+  advance(seconds: number): void {
+    this.ms += seconds * 1000
+  }
+}
+
+export interface TestApp {
+  app: FastifyInstance
+  config: Config
+  clock: TestClock
+  mail: MailCatcher
+  storage: TestStorage
+  base: string
+  post(path: string, body?: unknown, token?: string): Promise<LightMyRequestResponse>
+  get(path: string, token?: string): Promise<LightMyRequestResponse>
+  close(): Promise<void>
+}
+
+export interface TestAppOptions {
+  env?: Record<string, string>
+  overrides?: AppOverrides
+  storage?: TestStorage
+}
+
+export async function startTestApp(engine: EngineName, options: TestAppOptions = {}): Promise<TestApp> {
+  const storage = options.storage ?? (await createStorage(engine))
+  const mail = await new MailCatcher().start()
+  const config = loadConfig({
+    NODE_ENV: 'test',
+    DATA_DIR: storage.dataDir,
+    DATABASE_URL: storage.databaseUrl,
+    SMTP_URL: mail.url,
+    LOG_LEVEL: 'silent',
+    ...options.env,
+  })
+  const clock = new TestClock()
+  const app = await buildApp(config, { clock, hasher: fastHasher, ...options.overrides })
+  const base = config.basePath
+  const auth = (token?: string) => (token ? { authorization: `Bearer ${token}` } : {})
+  return {
+    app,
+    config,
+    clock,
+    mail,
+    storage,
+    base,
+    post: (path, body, token) =>
+      app.inject({ method: 'POST', url: base + path, headers: { 'content-type': 'application/json', ...auth(token) }, payload: body === undefined ? '' : JSON.stringify(body) }),
+    get: (path, token) => app.inject({ method: 'GET', url: base + path, headers: auth(token) }),
+    async close() {
+      await app.close()
+      await mail.close()
+      if (!options.storage) await storage.drop()
+    },
+  }
+}
+
+export function uniqueEmail(prefix = 'user'): string {
+  return `${prefix}-${randomBytes(4).toString('hex')}@example.com`
+}
+
+export const PASSWORD = 'correct horse battery staple'
+
+/** Registers, follows the mailed link's token, and logs in, as a user would. */
+export async function registerVerifyLogin(t: TestApp, email = uniqueEmail()) {
+  const registered = await t.post('/auth/register', { email, password: PASSWORD, full_name: 'Test User' })
+  if (registered.statusCode !== 201) throw new Error(`register failed: ${registered.body}`)
+  const token = tokenFromMail(await t.mail.next(email))
+  const verified = await t.post('/auth/verify-email', { token })
+  if (verified.statusCode !== 200) throw new Error(`verify failed: ${verified.body}`)
+  const login = await t.post('/auth/login', { email, password: PASSWORD })
+  if (login.statusCode !== 200) throw new Error(`login failed: ${login.body}`)
+  const data = login.json().data as { access_token: string; refresh_token: string }
+  return { email, userId: registered.json().data.user_id as string, ...data }
+}

@@ -1,0 +1,84 @@
+import type { AddressInfo } from 'node:net'
+import { SMTPServer } from 'smtp-server'
+
+export interface ReceivedMail {
+  to: string[]
+  raw: string
+}
+
+/**
+ * A real SMTP server on loopback. The app under test sends through nodemailer to it, exactly as
+ * it would to a production relay, and tests read what arrived.
+ */
+export class MailCatcher {
+  readonly received: ReceivedMail[] = []
+  private waiters: { match: (mail: ReceivedMail) => boolean; resolve: (mail: ReceivedMail) => void }[] = []
+  private server: SMTPServer
+  url = ''
+
+  constructor() {
+    this.server = new SMTPServer({
+      authOptional: true,
+      disabledCommands: ['STARTTLS', 'AUTH'],
+      logger: false,
+      onData: (stream, session, callback) => {
+        const chunks: Buffer[] = []
+        stream.on('data', (chunk: Buffer) => chunks.push(chunk))
+        stream.on('end', () => {
+          const mail = { to: session.envelope.rcptTo.map((r) => r.address.toLowerCase()), raw: Buffer.concat(chunks).toString('utf8') }
+          this.received.push(mail)
+          this.waiters = this.waiters.filter((waiter) => {
+            if (!waiter.match(mail)) return true
+            waiter.resolve(mail)
+            return false
+          })
+          callback()
+        })
+      },
+    })
+  }
+
+  async start(): Promise<this> {
+    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve))
+    const { port } = this.server.server.address() as AddressInfo
+    this.url = `smtp://127.0.0.1:${port}`
+    return this
+  }
+
+  /** The next mail to this address not yet consumed; waits up to `ms` for it to arrive. */
+  async next(to: string, ms = 5000): Promise<ReceivedMail> {
+    const match = (mail: ReceivedMail) => mail.to.includes(to.toLowerCase())
+    const index = this.received.findIndex(match)
+    if (index >= 0) return this.received.splice(index, 1)[0]!
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no mail to ${to} within ${ms} ms`)), ms)
+      this.waiters.push({
+        match,
+        resolve: (mail) => {
+          clearTimeout(timer)
+          this.received.splice(this.received.indexOf(mail), 1)
+          resolve(mail)
+        },
+      })
+    })
+  }
+
+  async close(): Promise<void> {
+    await new Promise<void>((resolve) => this.server.close(() => resolve()))
+  }
+}
+
+/** The mail's text as a mail client shows it (quoted-printable decoded). */
+export function mailText(mail: ReceivedMail): string {
+  const bytes = mail.raw
+    .replace(/=\r?\n/g, '')
+    .replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)))
+  return Buffer.from(bytes, 'latin1').toString('utf8')
+}
+
+/** The one-time token a mail carries: the bare code on its own line. */
+export function tokenFromMail(mail: ReceivedMail): string {
+  const match = /^([A-Za-z0-9_-]{43})\r?$/m.exec(mailText(mail))
+  if (!match) throw new Error(`no token in mail:\n${mail.raw}`)
+  return match[1]!
+}
