@@ -66,6 +66,9 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
     },
   })
   pool.on('error', (error) => onPoolError?.(error))
+  // A connection that dies while checked out emits 'error' on its client; without a listener
+  // that would crash the process. The query itself still rejects and answers 503.
+  pool.on('connect', (client) => client.on('error', (error) => onPoolError?.(error)))
   const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) })
   return {
     kysely,

@@ -1,0 +1,186 @@
+import assert from 'node:assert/strict'
+import { Writable } from 'node:stream'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { after, before, describe, test } from 'node:test'
+import { createArgon2Hasher } from '../../src/auth/passwords.ts'
+import { createStorage, ENGINES } from '../helpers/db.ts'
+import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+import { TcpProxy } from '../helpers/proxy.ts'
+
+class LogCapture extends Writable {
+  lines: string[] = []
+  override _write(chunk: Buffer, _encoding: string, done: () => void) {
+    this.lines.push(...chunk.toString('utf8').split('\n').filter(Boolean))
+    done()
+  }
+  entries(): Record<string, unknown>[] {
+    return this.lines.map((line) => JSON.parse(line) as Record<string, unknown>)
+  }
+}
+
+function assertErrorEnvelope(body: unknown, code: string) {
+  const b = body as { success: boolean; error: { code: string; message: string } }
+  assert.equal(b.success, false)
+  assert.equal(b.error.code, code)
+  assert.equal(typeof b.error.message, 'string')
+}
+
+for (const engine of ENGINES) {
+  describe(`http behaviour on ${engine}`, () => {
+    let t: TestApp
+    const logs = new LogCapture()
+    before(async () => {
+      t = await startTestApp(engine, { env: { LOG_LEVEL: 'info' }, overrides: { logStream: logs } })
+    })
+    after(async () => {
+      await t.close()
+    })
+
+    test('an unknown path is 404 NOT_FOUND in the envelope', async () => {
+      const response = await t.get('/nowhere')
+      assert.equal(response.statusCode, 404)
+      assertErrorEnvelope(response.json(), 'NOT_FOUND')
+      assert.ok(response.headers['x-request-id'])
+    })
+
+    test('a known path with another method is 405 with an Allow header', async () => {
+      const response = await t.app.inject({ method: 'DELETE', url: `${t.base}/auth/login` })
+      assert.equal(response.statusCode, 405)
+      assertErrorEnvelope(response.json(), 'METHOD_NOT_ALLOWED')
+      assert.equal(response.headers.allow, 'POST')
+      const me = await t.app.inject({ method: 'POST', url: `${t.base}/auth/me` })
+      assert.equal(me.statusCode, 405)
+      assert.match(String(me.headers.allow), /GET/)
+    })
+
+    test('an auth body over 16 KiB is 413 PAYLOAD_TOO_LARGE before any hashing', async () => {
+      const response = await t.post('/auth/login', { email: 'a@example.com', password: 'x'.repeat(17 * 1024) })
+      assert.equal(response.statusCode, 413)
+      assertErrorEnvelope(response.json(), 'PAYLOAD_TOO_LARGE')
+    })
+
+    test('a body that is not JSON is 415 UNSUPPORTED_MEDIA_TYPE', async () => {
+      for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
+        const response = await t.app.inject({ method: 'POST', url: `${t.base}/auth/login`, headers: { 'content-type': type }, payload: 'email=a' })
+        assert.equal(response.statusCode, 415, type)
+        assertErrorEnvelope(response.json(), 'UNSUPPORTED_MEDIA_TYPE')
+      }
+    })
+
+    test('malformed JSON and a missing body are VALIDATION_ERROR', async () => {
+      const malformed = await t.app.inject({ method: 'POST', url: `${t.base}/auth/login`, headers: { 'content-type': 'application/json' }, payload: '{"email":' })
+      assert.equal(malformed.statusCode, 400)
+      assertErrorEnvelope(malformed.json(), 'VALIDATION_ERROR')
+      const empty = await t.post('/auth/login')
+      assert.equal(empty.statusCode, 400)
+      assertErrorEnvelope(empty.json(), 'VALIDATION_ERROR')
+    })
+
+    test('__proto__ and constructor.prototype keys are refused and pollute nothing', async () => {
+      for (const payload of [
+        '{"email":"a@example.com","password":"x","__proto__":{"polluted":true}}',
+        '{"email":"a@example.com","password":"x","constructor":{"prototype":{"polluted":true}}}',
+      ]) {
+        const response = await t.app.inject({ method: 'POST', url: `${t.base}/auth/login`, headers: { 'content-type': 'application/json' }, payload })
+        assert.equal(response.statusCode, 400)
+        assertErrorEnvelope(response.json(), 'VALIDATION_ERROR')
+      }
+      assert.equal(({} as Record<string, unknown>).polluted, undefined)
+    })
+
+    test('every response carries x-request-id; a sane incoming one is kept, a hostile one replaced', async () => {
+      const kept = await t.app.inject({ method: 'GET', url: '/healthz', headers: { 'x-request-id': 'trace-123' } })
+      assert.equal(kept.headers['x-request-id'], 'trace-123')
+      const replaced = await t.app.inject({ method: 'GET', url: '/healthz', headers: { 'x-request-id': 'bad id\u0000"}' } })
+      assert.match(String(replaced.headers['x-request-id']), /^[0-9a-f-]{36}$/)
+    })
+
+    test('health and readiness answer 200 while the database is up', async () => {
+      assert.equal((await t.app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
+      const ready = await t.app.inject({ method: 'GET', url: '/readyz' })
+      assert.equal(ready.statusCode, 200)
+      assert.equal(ready.json().data.status, 'ready')
+    })
+
+    test('logs carry the request id and never a password or token', async () => {
+      logs.lines.length = 0
+      const { access_token, refresh_token } = await registerVerifyLogin(t)
+      const me = await t.app.inject({ method: 'GET', url: `${t.base}/auth/me`, headers: { authorization: `Bearer ${access_token}`, 'x-request-id': 'me-call' } })
+      assert.equal(me.statusCode, 200)
+      await t.post('/auth/refresh', { refresh_token })
+      await t.post('/auth/login', { email: uniqueEmail(), password: PASSWORD })
+      const text = logs.lines.join('\n')
+      for (const secret of [PASSWORD, access_token, refresh_token, access_token.split('.')[2]!]) {
+        assert.ok(!text.includes(secret), 'a secret reached the log')
+      }
+      const line = logs.entries().find((entry) => entry.reqId === 'me-call')
+      assert.equal(line?.status, 200)
+      assert.equal(line?.path, `${t.base}/auth/me`)
+    })
+  })
+
+  describe(`internal errors on ${engine}`, () => {
+    test('a 500 says INTERNAL_ERROR and nothing else; the log has the cause and the request id', async () => {
+      const logs = new LogCapture()
+      const broken = createArgon2Hasher()
+      broken.hash = async () => {
+        throw new Error('SELECT password_hash FROM users WHERE secret = 1')
+      }
+      const t = await startTestApp(engine, { env: { LOG_LEVEL: 'info' }, overrides: { hasher: broken, logStream: logs } })
+      try {
+        const response = await t.app.inject({
+          method: 'POST',
+          url: `${t.base}/auth/register`,
+          headers: { 'content-type': 'application/json', 'x-request-id': 'boom-1' },
+          payload: JSON.stringify({ email: uniqueEmail(), password: PASSWORD, full_name: 'Boom' }),
+        })
+        assert.equal(response.statusCode, 500)
+        assert.deepEqual(response.json(), { success: false, error: { code: 'INTERNAL_ERROR', message: 'An internal error occurred.' } })
+        const logged = logs.entries().find((entry) => entry.reqId === 'boom-1' && entry.level === 50) as { err?: { message?: string } } | undefined
+        assert.match(String(logged?.err?.message), /SELECT password_hash/)
+        assert.ok(!logs.lines.join('\n').includes(PASSWORD))
+        // Nothing half-written: the failed registration left no user behind.
+        assert.equal((await t.app.services.db.kysely.selectFrom('users').select('id').execute()).length, 0)
+      } finally {
+        await t.close()
+      }
+    })
+  })
+}
+
+describe('database outage on postgres', () => {
+  test('answers 503 SERVICE_UNAVAILABLE while the database is unreachable and recovers by itself', async () => {
+    const storage = await createStorage('postgres')
+    const target = new URL(storage.databaseUrl!)
+    const proxy = await new TcpProxy(target.hostname, Number(target.port)).start()
+    const proxied = new URL(target)
+    proxied.port = String(proxy.port)
+    const t = await startTestApp('postgres', { storage: { ...storage, databaseUrl: proxied.toString() } })
+    try {
+      const { email } = await registerVerifyLogin(t)
+      await proxy.cut()
+      const ready = await t.app.inject({ method: 'GET', url: '/readyz' })
+      assert.equal(ready.statusCode, 503)
+      assert.equal(ready.json().error.code, 'SERVICE_UNAVAILABLE')
+      const login = await t.post('/auth/login', { email, password: PASSWORD })
+      assert.equal(login.statusCode, 503)
+      assert.equal(login.json().error.code, 'SERVICE_UNAVAILABLE')
+      assert.ok(login.headers['retry-after'])
+      assert.ok(!login.body.includes('ECONNREFUSED'))
+      assert.equal((await t.app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
+
+      await proxy.restore()
+      let status = 0
+      for (let attempt = 0; attempt < 50 && status !== 200; attempt++) {
+        status = (await t.app.inject({ method: 'GET', url: '/readyz' })).statusCode
+        if (status !== 200) await sleep(100)
+      }
+      assert.equal(status, 200)
+      assert.equal((await t.post('/auth/login', { email, password: PASSWORD })).statusCode, 200)
+    } finally {
+      await t.close()
+      await proxy.cut().catch(() => {})
+      await storage.drop()
+    }
+  })
+})
