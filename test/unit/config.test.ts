@@ -1,0 +1,50 @@
+import assert from 'node:assert/strict'
+import { describe, test } from 'node:test'
+import { loadConfig } from '../../src/config.ts'
+
+describe('config', () => {
+  test('needs no variables in development and applies the documented defaults', () => {
+    const config = loadConfig({})
+    assert.equal(config.port, 3000)
+    assert.equal(config.host, '127.0.0.1')
+    assert.equal(config.basePath, '/api/v1')
+    assert.equal(config.databaseUrl, undefined)
+    assert.equal(config.requireEmailVerification, true)
+    assert.equal(config.publicUrl, 'http://localhost:3000')
+    assert.equal(config.verifyEmailUrl, 'http://localhost:3000/verify-email?token={token}')
+    assert.equal(config.resetPasswordUrl, 'http://localhost:3000/reset-password?token={token}')
+    assert.match(config.dataDir, /data$/)
+  })
+
+  const wrong: [string, Record<string, string>, RegExp][] = [
+    ['a port that is not a number', { PORT: 'http' }, /^Invalid configuration: PORT /],
+    ['a port out of range', { PORT: '70000' }, /^Invalid configuration: PORT /],
+    ['a boolean that is neither true nor false', { REQUIRE_EMAIL_VERIFICATION: 'yes' }, /REQUIRE_EMAIL_VERIFICATION must be true or false/],
+    ['an unknown NODE_ENV', { NODE_ENV: 'staging' }, /NODE_ENV must be one of/],
+    ['a non-PostgreSQL DATABASE_URL', { DATABASE_URL: 'mysql://x' }, /DATABASE_URL/],
+    ['a BASE_PATH without a leading slash', { BASE_PATH: 'v1' }, /BASE_PATH/],
+    ['a link template without {token}', { VERIFY_EMAIL_URL: 'https://app.example/verify' }, /VERIFY_EMAIL_URL/],
+    ['a TRUST_PROXY entry that is not an address', { TRUST_PROXY: '10.0.0.0/8,proxy.local' }, /TRUST_PROXY has "proxy.local"/],
+    ['a CIDR with too many bits', { TRUST_PROXY: '10.0.0.0/33' }, /TRUST_PROXY/],
+    ['only one of the TLS files', { TLS_CERT_FILE: '/etc/hostname' }, /TLS_KEY_FILE/],
+    ['a TLS file that does not exist', { TLS_CERT_FILE: '/nope.pem', TLS_KEY_FILE: '/nope.key' }, /TLS_CERT_FILE names a file that does not exist/],
+  ]
+  for (const [name, env, message] of wrong) {
+    test(`stops with one line naming the variable for ${name}`, () => {
+      assert.throws(() => loadConfig(env), (error: Error) => {
+        assert.match(error.message, message)
+        assert.ok(!error.message.includes('\n'))
+        return true
+      })
+    })
+  }
+
+  test('production refuses plain HTTP, missing SMTP and an http PUBLIC_URL', () => {
+    assert.throws(() => loadConfig({ NODE_ENV: 'production', SMTP_URL: 'smtp://relay:25', PUBLIC_URL: 'https://auth.example' }), /TLS_CERT_FILE or TRUST_PROXY/)
+    assert.throws(() => loadConfig({ NODE_ENV: 'production', TRUST_PROXY: '10.0.0.1', PUBLIC_URL: 'https://auth.example' }), /SMTP_URL must be set in production/)
+    assert.throws(() => loadConfig({ NODE_ENV: 'production', TRUST_PROXY: '10.0.0.1', SMTP_URL: 'smtp://relay:25' }), /PUBLIC_URL must be an https/)
+    const ok = loadConfig({ NODE_ENV: 'production', TRUST_PROXY: '10.0.0.0/8, loopback', SMTP_URL: 'smtp://relay:25', PUBLIC_URL: 'https://auth.example/', BASE_PATH: '/v1' })
+    assert.deepEqual(ok.trustProxy, ['10.0.0.0/8', 'loopback'])
+    assert.equal(ok.audience, 'https://auth.example/v1')
+  })
+})

@@ -1,0 +1,77 @@
+import assert from 'node:assert/strict'
+import { describe, test } from 'node:test'
+import { emailProblem, normaliseEmail, normaliseFullName } from '../../src/auth/input.ts'
+import { createArgon2Hasher, OWASP_ARGON2_PARAMS, passwordProblems } from '../../src/auth/passwords.ts'
+
+describe('argon2id hasher', () => {
+  test('the default parameters are OWASP\'s m=19456 KiB, t=2, p=1 and appear in the PHC string', async () => {
+    assert.deepEqual(OWASP_ARGON2_PARAMS, { memoryCost: 19456, timeCost: 2, parallelism: 1 })
+    const hasher = createArgon2Hasher()
+    const hash = await hasher.hash('a long enough password')
+    assert.match(hash, /^\$argon2id\$v=19\$m=19456,t=2,p=1\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]+$/)
+    assert.equal(await hasher.verify(hash, 'a long enough password'), true)
+    assert.equal(await hasher.verify(hash, 'a long enough passworD'), false)
+    assert.equal(hasher.needsRehash(hash), false)
+  })
+
+  test('other parameters, another algorithm or garbage need a rehash and never throw', async () => {
+    const weak = createArgon2Hasher({ memoryCost: 256, timeCost: 1, parallelism: 1 })
+    const strong = createArgon2Hasher()
+    assert.equal(strong.needsRehash(await weak.hash('password one')), true)
+    assert.equal(strong.needsRehash('$2b$10$abcdefghijklmnopqrstuv'), true)
+    assert.equal(await strong.verify('not a hash', 'anything'), false)
+  })
+
+  test('the dummy verification always fails', async () => {
+    assert.equal(await createArgon2Hasher({ memoryCost: 256, timeCost: 1, parallelism: 1 }).verifyDummy('anything at all'), false)
+  })
+})
+
+describe('password policy', () => {
+  test('counts Unicode code points, not UTF-16 units', () => {
+    assert.deepEqual(passwordProblems('😀'.repeat(8), 'a@example.com'), [])
+    assert.equal(passwordProblems('😀'.repeat(7), 'a@example.com').length, 1)
+    assert.deepEqual(passwordProblems('😀'.repeat(128), 'a@example.com'), [])
+    assert.equal(passwordProblems('😀'.repeat(129), 'a@example.com').length, 1)
+  })
+
+  test('refuses the e-mail address itself in any case', () => {
+    assert.match(passwordProblems('Ann@Example.com', 'ann@example.com')[0]!.message, /e-mail/)
+  })
+})
+
+describe('input normalisation', () => {
+  test('an address is trimmed, NFC-normalised and lower-cased as a whole', () => {
+    assert.equal(normaliseEmail('  Ann.Lee@Example.COM '), 'ann.lee@example.com')
+    assert.equal(normaliseEmail('Jose\u0301@example.com'), 'jos\u00e9@example.com')
+  })
+
+  const addresses: [string, boolean][] = [
+    ['ann@example.com', true],
+    ['ann+tag@mail.example.co.uk', true],
+    ['jos\u00e9@b\u00fccher.example', true],
+    ['ann@example', false],
+    ['ann@@example.com', false],
+    ['@example.com', false],
+    ['ann@.example.com', false],
+    ['ann@example..com', false],
+    ['ann@-example.com', false],
+    ['"ann"@example.com', false],
+    ['Ann <ann@example.com>', false],
+    ['ann@exa mple.com', false],
+    [`${'a'.repeat(65)}@example.com`, false],
+  ]
+  for (const [address, valid] of addresses) {
+    test(`${JSON.stringify(address)} is ${valid ? 'accepted' : 'refused'}`, () => {
+      assert.equal(emailProblem(normaliseEmail(address)) === null, valid)
+    })
+  }
+
+  test('a full name is trimmed and refused when blank, too long or holding control characters', () => {
+    assert.deepEqual(normaliseFullName('  Ann Lee '), { value: 'Ann Lee', problem: null })
+    assert.ok(normaliseFullName(' \t ').problem)
+    assert.ok(normaliseFullName('x'.repeat(101)).problem)
+    assert.ok(normaliseFullName('Ann\nLee').problem)
+    assert.ok(normaliseFullName('Ann\u2028Lee').problem)
+  })
+})
