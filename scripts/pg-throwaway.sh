@@ -27,7 +27,10 @@ case "$cmd" in
   start)
     port=${3:?port}
     mkdir -p "$dir"
-    [ "$(id -u)" = 0 ] && chown postgres "$dir"
+    if [ "$(id -u)" = 0 ]; then
+      id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
+      chown postgres "$dir"
+    fi
     as_owner "$bin/initdb" -D "$dir/data" -U app --auth=trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 || {
       cat "$dir/initdb.log" >&2; exit 1; }
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w \

@@ -1,0 +1,88 @@
+import assert from 'node:assert/strict'
+import { spawnSync } from 'node:child_process'
+import { describe, test } from 'node:test'
+import { runCli, type CliIo } from '../../src/cli.ts'
+import { createStorage, ENGINES } from '../helpers/db.ts'
+import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail } from '../helpers/app.ts'
+
+function capture(): CliIo & { stdout: string[]; stderr: string[] } {
+  const stdout: string[] = []
+  const stderr: string[] = []
+  return { stdout, stderr, out: (line) => stdout.push(line), err: (line) => stderr.push(line) }
+}
+
+for (const engine of ENGINES) {
+  describe(`portcullis CLI on ${engine}`, () => {
+    test('users list|verify|disable|enable act on the same database the service uses', async () => {
+      const storage = await createStorage(engine)
+      const t = await startTestApp(engine, { storage })
+      const env = { DATA_DIR: storage.dataDir, DATABASE_URL: storage.databaseUrl }
+      try {
+        const pending = uniqueEmail('pending')
+        await t.post('/auth/register', { email: pending, password: PASSWORD, full_name: 'Pending' })
+        const active = await registerVerifyLogin(t)
+
+        let io = capture()
+        assert.equal(await runCli(['users', 'list'], env, io), 0)
+        const listed = io.stdout.join('\n')
+        assert.match(listed, new RegExp(`${pending}\\tunverified`))
+        assert.match(listed, new RegExp(`${active.email}\\tactive`))
+
+        io = capture()
+        assert.equal(await runCli(['users', 'verify', pending.toUpperCase()], env, io), 0)
+        assert.equal((await t.post('/auth/login', { email: pending, password: PASSWORD })).statusCode, 200)
+
+        io = capture()
+        assert.equal(await runCli(['users', 'disable', active.email, '--reason', 'banned'], env, io), 0)
+        assert.match(io.stdout[0]!, /disabled \(banned\)/)
+        assert.equal((await t.get('/auth/me', active.access_token)).json().error.code, 'ACCOUNT_DISABLED')
+
+        io = capture()
+        assert.equal(await runCli(['users', 'enable', active.email], env, io), 0)
+        assert.equal((await t.get('/auth/me', active.access_token)).statusCode, 200)
+      } finally {
+        await t.close()
+        await storage.drop()
+      }
+    })
+
+    test('keys list and rotate; failures exit 1 with one line, usage errors exit 2', async () => {
+      const storage = await createStorage(engine)
+      const env = { DATA_DIR: storage.dataDir, DATABASE_URL: storage.databaseUrl }
+      try {
+        let io = capture()
+        assert.equal(await runCli(['migrate'], env, io), 0)
+        assert.equal(await runCli(['keys', 'rotate'], env, io), 0)
+        assert.equal(await runCli(['keys', 'rotate'], env, io), 0)
+        io = capture()
+        assert.equal(await runCli(['keys', 'list'], env, io), 0)
+        assert.equal(io.stdout.length, 2)
+        assert.match(io.stdout[0]!, /\tEdDSA\tverifying\t/)
+        assert.match(io.stdout[1]!, /\tEdDSA\tsigning\t/)
+        assert.ok(!io.stdout.join('').includes('"d"'))
+
+        io = capture()
+        assert.equal(await runCli(['users', 'disable', 'nobody@example.com'], env, io), 1)
+        assert.deepEqual(io.stderr, ['portcullis: no user with the e-mail address nobody@example.com'])
+
+        for (const argv of [[], ['users'], ['users', 'frobnicate'], ['users', 'disable', 'a@example.com', '--reason', 'bored'], ['users', 'verify']]) {
+          io = capture()
+          assert.equal(await runCli(argv, env, io), 2, argv.join(' '))
+          assert.match(io.stderr[0]!, /^portcullis: /)
+        }
+
+        io = capture()
+        assert.equal(await runCli(['users', 'list'], { ...env, PORT: 'nope' }, io), 1)
+        assert.match(io.stderr[0]!, /PORT/)
+      } finally {
+        await storage.drop()
+      }
+    })
+  })
+}
+
+test('the installed bin runs the CLI and sets the exit status', () => {
+  const result = spawnSync(process.execPath, ['bin/portcullis.mjs', 'no-such-command'], { encoding: 'utf8' })
+  assert.equal(result.status, 2)
+  assert.match(result.stderr, /unknown command: no-such-command/)
+})

@@ -1,0 +1,64 @@
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { once } from 'node:events'
+import { describe, test } from 'node:test'
+
+/**
+ * The real process, as `npm start` runs it: embedded database in a fresh DATA_DIR, mail to the
+ * outbox, the README walk over a socket, and a graceful stop on SIGTERM with requests in flight.
+ */
+describe('server process', () => {
+  test('serves the README walk on the embedded database and drains in-flight requests on SIGTERM', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'portcullis-server-'))
+    const port = 20000 + Math.floor(Math.random() * 20000)
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+      env: { ...process.env, DATABASE_URL: '', SMTP_URL: '', DATA_DIR: dataDir, PORT: String(port), NODE_ENV: 'development', LOG_LEVEL: 'info' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let output = ''
+    child.stdout.on('data', (chunk) => (output += chunk))
+    child.stderr.on('data', (chunk) => (output += chunk))
+    const base = `http://127.0.0.1:${port}/api/v1`
+    const post = (p: string, body: unknown, token?: string) =>
+      fetch(base + p, { method: 'POST', headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: JSON.stringify(body) })
+    try {
+      for (let i = 0; i < 100 && !output.includes('Server listening'); i++) await new Promise((r) => setTimeout(r, 100))
+      assert.match(output, /Server listening/)
+
+      const email = 'walk@example.com'
+      const password = 'a long and unguessable passphrase'
+      assert.equal((await post('/auth/register', { email, password, full_name: 'Walker' })).status, 201)
+      let eml = ''
+      for (let i = 0; i < 50 && !eml; i++) {
+        const files = readdirSync(path.join(dataDir, 'outbox'), { withFileTypes: true }).filter((f) => f.name.endsWith('.eml'))
+        if (files[0]) eml = readFileSync(path.join(dataDir, 'outbox', files[0].name), 'utf8')
+        else await new Promise((r) => setTimeout(r, 100))
+      }
+      const token = /verify-email\?token=([A-Za-z0-9_-]+)/.exec(eml)?.[1]
+      assert.ok(token, 'the outbox mail holds a readable link')
+      assert.ok(!output.includes(token!), 'the token must not reach the log')
+      assert.equal((await post('/auth/verify-email', { token })).status, 200)
+      const login = await (await post('/auth/login', { email, password })).json()
+      const me = await fetch(`${base}/auth/me`, { headers: { authorization: `Bearer ${login.data.access_token}` } })
+      assert.equal(me.status, 200)
+      assert.equal((await post('/auth/refresh', { refresh_token: login.data.refresh_token })).status, 200)
+
+      // Requests in flight when SIGTERM arrives still get their answers (argon2 keeps them busy).
+      const inFlight = Array.from({ length: 8 }, (_, i) => post('/auth/register', { email: `late${i}@example.com`, password, full_name: 'Late' }))
+      await new Promise((r) => setTimeout(r, 20))
+      child.kill('SIGTERM')
+      const statuses = await Promise.all(inFlight.map((p) => p.then((r) => r.status, () => 0)))
+      assert.ok(statuses.every((s) => s === 201 || s === 503), `statuses: ${statuses}`)
+      assert.ok(statuses.includes(201))
+      const [code] = await once(child, 'exit')
+      assert.equal(code, 0)
+      assert.match(output, /shutting down/)
+    } finally {
+      child.kill('SIGKILL')
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  })
+})
