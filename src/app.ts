@@ -118,6 +118,15 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     // Responses carry tokens or personal data; no cache may keep them. JWKS overrides this.
     reply.header('cache-control', 'no-store')
   })
+  // On shutdown, connections that were busy when it began close after their answer instead of
+  // lingering for the keep-alive timeout (idle ones Node closes at once).
+  let draining = false
+  app.addHook('preClose', async () => {
+    draining = true
+  })
+  app.addHook('onSend', async (_request, reply) => {
+    if (draining) reply.header('connection', 'close')
+  })
   app.addHook('onResponse', async (request, reply) => {
     request.log.info(
       { method: request.method, path: request.url.split('?')[0], status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },

@@ -17,6 +17,8 @@ async function buildWhenDatabaseIsUp(config: Config): Promise<FastifyInstance> {
   }
 }
 
+const SHUTDOWN_DEADLINE_MS = 20_000
+
 export async function serve(config: Config): Promise<void> {
   const app = await buildWhenDatabaseIsUp(config)
   let closing = false
@@ -25,6 +27,9 @@ export async function serve(config: Config): Promise<void> {
     closing = true
     app.log.info({ signal }, 'shutting down: no new connections, finishing in-flight requests')
     // Fastify stops accepting, waits for in-flight requests, then runs onClose (mail drain, database close).
+    // A client that holds a request open past the deadline is cut off rather than blocking the stop.
+    const deadline = setTimeout(() => app.server.closeAllConnections(), SHUTDOWN_DEADLINE_MS)
+    deadline.unref()
     await app.close()
     process.exitCode = 0
   }

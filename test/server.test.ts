@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { once } from 'node:events'
@@ -33,7 +33,8 @@ describe('server process', () => {
       assert.equal((await post('/auth/register', { email, password, full_name: 'Walker' })).status, 201)
       let eml = ''
       for (let i = 0; i < 50 && !eml; i++) {
-        const files = readdirSync(path.join(dataDir, 'outbox'), { withFileTypes: true }).filter((f) => f.name.endsWith('.eml'))
+        const outbox = path.join(dataDir, 'outbox')
+        const files = existsSync(outbox) ? readdirSync(outbox, { withFileTypes: true }).filter((f) => f.name.endsWith('.eml')) : []
         if (files[0]) eml = readFileSync(path.join(dataDir, 'outbox', files[0].name), 'utf8')
         else await new Promise((r) => setTimeout(r, 100))
       }

@@ -1,4 +1,4 @@
-import { mkdir, writeFile } from 'node:fs/promises'
+import { mkdir, rename, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import nodemailer from 'nodemailer'
 import type { Logger } from '../logger.ts'
@@ -37,7 +37,9 @@ export function createMailTransport(options: MailerOptions): MailTransport {
     async send(message) {
       await mkdir(options.outboxDir, { recursive: true, mode: 0o700 })
       const file = path.join(options.outboxDir, `${Date.now()}-${process.pid}-${++sequence}.eml`)
-      await writeFile(file, outboxMessage(options.from, message), { mode: 0o600 })
+      // Written aside and renamed, so a reader never sees half a message.
+      await writeFile(`${file}.part`, outboxMessage(options.from, message), { mode: 0o600 })
+      await rename(`${file}.part`, file)
       // The link inside is a secret: the log says where the mail is, never what it says.
       options.logger.info({ mail: { to: message.to, subject: message.subject, file } }, 'mail written to the outbox')
     },
