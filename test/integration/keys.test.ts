@@ -37,6 +37,7 @@ for (const engine of ENGINES) {
         const oldKid = decodeProtectedHeader(before.access_token).kid
         // A rotation happens later than the first key's creation; the test clock must say so too.
         a.clock.advance(60)
+        b.clock.advance(60)
         const newKid = await rotateSigningKey(a.app.services.db, a.clock.now())
         await a.app.services.keys.reload()
 
