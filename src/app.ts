@@ -15,6 +15,7 @@ import { protect } from './http/bearer.ts'
 import { installErrorHandling, sendError, toAppError } from './http/errors.ts'
 import { opsRoutes } from './http/ops.ts'
 import { installValidation } from './http/validation.ts'
+import { AppError } from './errors.ts'
 import { REDACT_PATHS } from './logger.ts'
 import { createMailTransport, Mailer, type MailTransport } from './mail/index.ts'
 
@@ -70,7 +71,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     requestIdHeader: false,
     trustProxy: config.trustProxy ?? false,
     bodyLimit: DEFAULT_BODY_LIMIT,
-    return503OnClosing: true,
+    // Fastify's own 503 while closing is not in the envelope; the onRequest hook below answers instead.
+    return503OnClosing: false,
     ...(config.tls ? { https: config.tls } : {}),
   })
 
@@ -113,16 +115,18 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     throw error
   }
 
+  // On shutdown, requests still arriving on open connections get a 503 in the envelope, and
+  // connections busy when it began close after their answer instead of lingering for the
+  // keep-alive timeout (idle ones Node closes at once).
+  let draining = false
+  app.addHook('preClose', async () => {
+    draining = true
+  })
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id)
     // Responses carry tokens or personal data; no cache may keep them. JWKS overrides this.
     reply.header('cache-control', 'no-store')
-  })
-  // On shutdown, connections that were busy when it began close after their answer instead of
-  // lingering for the keep-alive timeout (idle ones Node closes at once).
-  let draining = false
-  app.addHook('preClose', async () => {
-    draining = true
+    if (draining) throw new AppError('SERVICE_UNAVAILABLE', { headers: { 'retry-after': '5' } })
   })
   app.addHook('onSend', async (_request, reply) => {
     if (draining) reply.header('connection', 'close')
