@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto'
+import { randomBytes, randomUUID } from 'node:crypto'
 import path from 'node:path'
 import type { Writable } from 'node:stream'
 import Fastify, { LogController, type FastifyInstance } from 'fastify'
@@ -11,6 +11,7 @@ import { REFRESH_TTL_SECONDS, TokenService } from './auth/tokens.ts'
 import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
 import { migrate, openDatabase, type Db } from './db/index.ts'
+import { secrets } from './db/repositories.ts'
 import { protect } from './http/bearer.ts'
 import { installErrorHandling, sendError, toAppError } from './http/errors.ts'
 import { opsRoutes } from './http/ops.ts'
@@ -18,6 +19,9 @@ import { installValidation } from './http/validation.ts'
 import { AppError } from './errors.ts'
 import { REDACT_PATHS } from './logger.ts'
 import { createMailTransport, Mailer, type MailTransport } from './mail/index.ts'
+import { CursorCodec } from './watchlists/cursor.ts'
+import { watchlistRoutes } from './watchlists/routes.ts'
+import { WatchlistService } from './watchlists/service.ts'
 
 /** Everything a test (or another embedding) may replace. */
 export interface AppOverrides {
@@ -35,6 +39,7 @@ export interface AppServices {
   keys: KeyStore
   auth: AuthService
   accounts: AccountService
+  watchlists: WatchlistService
   mailer: Mailer
   clock: Clock
 }
@@ -102,7 +107,9 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       requireEmailVerification: config.requireEmailVerification,
       verifyEmailUrl: config.verifyEmailUrl,
     })
-    app.decorate('services', { db, keys, auth, accounts: new AccountService(db, clock), mailer, clock })
+    const cursorSecret = await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now())
+    const watchlists = new WatchlistService(db, clock, new CursorCodec(cursorSecret))
+    app.decorate('services', { db, keys, auth, accounts: new AccountService(db, clock), watchlists, mailer, clock })
 
     app.addHook('onClose', async () => {
       keys.stop()
@@ -141,7 +148,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   installValidation(app)
   installErrorHandling(app)
 
-  const { auth, db: database, keys } = app.services
+  const { auth, db: database, keys, watchlists } = app.services
   await app.register(opsRoutes, { db: database, keys })
   await app.register(
     async (api) => {
@@ -149,6 +156,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       await api.register(async (scope) => {
         protect(scope, auth)
         await protectedAuthRoutes(scope, auth)
+        await watchlistRoutes(scope, watchlists)
       })
     },
     { prefix: config.basePath },

@@ -1,4 +1,5 @@
 import { AppError, type ErrorDetail } from '../errors.ts'
+import { cleanLabel } from '../text.ts'
 
 export const EMAIL_MAX = 254
 export const FULL_NAME_MAX = 100
@@ -6,7 +7,6 @@ export const FULL_NAME_MAX = 100
 // A plain addr-spec: no display name, no quotes or comments, one @, a dotted domain of sane labels.
 const LOCAL_PART = /^[^\s@"(),:;<>[\\\]\p{Cc}]{1,64}$/u
 const DOMAIN_LABEL = /^(?!-)[\p{L}\p{N}-]{1,63}(?<!-)$/u
-const CONTROL = /[\p{Cc}\u2028\u2029]/u
 
 /** Trimmed, NFC, lower-cased as a whole: the form uniqueness is enforced on. */
 export function normaliseEmail(raw: string): string {
@@ -25,11 +25,7 @@ export function emailProblem(email: string): string | null {
 }
 
 export function normaliseFullName(raw: string): { value: string; problem: string | null } {
-  const value = raw.trim()
-  if (value.length === 0) return { value, problem: 'is required' }
-  if ([...value].length > FULL_NAME_MAX) return { value, problem: `must be at most ${FULL_NAME_MAX} characters` }
-  if (CONTROL.test(value)) return { value, problem: 'must not contain control characters' }
-  return { value, problem: null }
+  return cleanLabel(raw, FULL_NAME_MAX)
 }
 
 export function throwIfProblems(details: ErrorDetail[]): void {

@@ -5,6 +5,7 @@ import { Kysely, Migrator, PostgresDialect, SqliteDialect, sql, type Migration }
 import pg from 'pg'
 import type { Database } from './schema.ts'
 import * as m0001 from './migrations/0001_initial.ts'
+import * as m0002 from './migrations/0002_watchlists.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -84,6 +85,7 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
 
 const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
+  '0002_watchlists': m0002,
 }
 
 /** Applies every pending migration; safe to run from several processes at once on PostgreSQL. */

@@ -1,5 +1,5 @@
 import type { Kysely, Selectable } from 'kysely'
-import type { Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable } from './schema.ts'
+import type { Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable, WatchlistsTable } from './schema.ts'
 
 /**
  * Storage calls, one group a table. Each takes the executor first, so the same call runs on the
@@ -10,6 +10,7 @@ type Executor = Kysely<Database>
 export type UserRow = Selectable<UsersTable>
 export type SessionRow = Selectable<SessionsTable>
 export type SigningKeyRow = Selectable<SigningKeysTable>
+export type WatchlistRow = Selectable<WatchlistsTable>
 
 export const users = {
   async insert(db: Executor, row: UserRow): Promise<void> {
@@ -127,5 +128,92 @@ export const signingKeys = {
 
   async insert(db: Executor, row: SigningKeyRow): Promise<void> {
     await db.insertInto('signing_keys').values(row).execute()
+  },
+}
+
+export const secrets = {
+  /** The named secret, created with `fresh` by whichever instance asks first. */
+  async getOrCreate(db: Executor, name: string, fresh: string, at: number): Promise<string> {
+    await db.insertInto('secrets').values({ name, value: fresh, created_at: at }).onConflict((oc) => oc.column('name').doNothing()).execute()
+    const row = await db.selectFrom('secrets').select('value').where('name', '=', name).executeTakeFirstOrThrow()
+    return row.value
+  },
+}
+
+export const watchlists = {
+  /**
+   * Takes the owner's row lock for the rest of the transaction (a no-op write), so concurrent
+   * creations for one user are serialised and the per-user limit and positions hold.
+   */
+  async lockOwner(db: Executor, userId: string): Promise<boolean> {
+    const result = await db
+      .updateTable('users')
+      .set((eb) => ({ updated_at: eb.ref('updated_at') }))
+      .where('id', '=', userId)
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  async countAndMaxPosition(db: Executor, userId: string): Promise<{ count: number; maxPosition: number }> {
+    const row = await db
+      .selectFrom('watchlists')
+      .select((eb) => [eb.fn.countAll<number | string>().as('count'), eb.fn.max<number | null>('position').as('max_position')])
+      .where('user_id', '=', userId)
+      .executeTakeFirstOrThrow()
+    return { count: Number(row.count), maxPosition: Number(row.max_position ?? 0) }
+  },
+
+  async insert(db: Executor, row: WatchlistRow): Promise<void> {
+    await db.insertInto('watchlists').values(row).execute()
+  },
+
+  async find(db: Executor, userId: string, id: string): Promise<WatchlistRow | null> {
+    return (await db.selectFrom('watchlists').selectAll().where('id', '=', id).where('user_id', '=', userId).executeTakeFirst()) ?? null
+  },
+
+  /** One page in position order, starting after `afterPosition`. */
+  async page(db: Executor, userId: string, afterPosition: number, limit: number): Promise<WatchlistRow[]> {
+    return db
+      .selectFrom('watchlists')
+      .selectAll()
+      .where('user_id', '=', userId)
+      .where('position', '>', afterPosition)
+      .orderBy('position')
+      .limit(limit)
+      .execute()
+  },
+
+  /**
+   * Touches the list and returns it, holding its row lock until the transaction ends. On
+   * PostgreSQL a waiting writer re-reads the row after the lock is released, so what this returns
+   * is the latest committed state; on SQLite transactions are serialised anyway.
+   */
+  async lockForUpdate(db: Executor, userId: string, id: string, at: number): Promise<WatchlistRow | null> {
+    return (
+      (await db
+        .updateTable('watchlists')
+        .set({ updated_at: at })
+        .where('id', '=', id)
+        .where('user_id', '=', userId)
+        .returningAll()
+        .executeTakeFirst()) ?? null
+    )
+  },
+
+  async update(db: Executor, userId: string, id: string, changes: { name?: string; symbols?: string }, at: number): Promise<WatchlistRow | null> {
+    return (
+      (await db
+        .updateTable('watchlists')
+        .set({ ...changes, updated_at: at })
+        .where('id', '=', id)
+        .where('user_id', '=', userId)
+        .returningAll()
+        .executeTakeFirst()) ?? null
+    )
+  },
+
+  async delete(db: Executor, userId: string, id: string): Promise<boolean> {
+    const result = await db.deleteFrom('watchlists').where('id', '=', id).where('user_id', '=', userId).executeTakeFirst()
+    return result.numDeletedRows > 0n
   },
 }

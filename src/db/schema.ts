@@ -44,9 +44,27 @@ export interface SigningKeysTable {
   created_at: number
 }
 
+export interface WatchlistsTable {
+  id: string
+  user_id: string
+  position: number
+  name: string
+  symbols: string
+  created_at: number
+  updated_at: number
+}
+
+export interface SecretsTable {
+  name: string
+  value: string
+  created_at: number
+}
+
 export interface Database {
   users: UsersTable
   sessions: SessionsTable
   one_time_tokens: OneTimeTokensTable
   signing_keys: SigningKeysTable
+  watchlists: WatchlistsTable
+  secrets: SecretsTable
 }

@@ -30,6 +30,8 @@ export interface TestApp {
   base: string
   post(path: string, body?: unknown, token?: string): Promise<LightMyRequestResponse>
   get(path: string, token?: string): Promise<LightMyRequestResponse>
+  /** Any method; a body is sent as JSON. */
+  call(method: 'GET' | 'POST' | 'PATCH' | 'DELETE' | 'PUT', path: string, token?: string, body?: unknown): Promise<LightMyRequestResponse>
   close(): Promise<void>
 }
 
@@ -64,6 +66,13 @@ export async function startTestApp(engine: EngineName, options: TestAppOptions =
     post: (path, body, token) =>
       app.inject({ method: 'POST', url: base + path, headers: { 'content-type': 'application/json', ...auth(token) }, payload: body === undefined ? '' : JSON.stringify(body) }),
     get: (path, token) => app.inject({ method: 'GET', url: base + path, headers: auth(token) }),
+    call: (method, path, token, body) =>
+      app.inject({
+        method,
+        url: base + path,
+        headers: { ...auth(token), ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+        ...(body === undefined ? {} : { payload: JSON.stringify(body) }),
+      }),
     async close() {
       await app.close()
       await mail.close()

@@ -1,0 +1,56 @@
+import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import Type from 'typebox'
+import { principalOf } from '../http/bearer.ts'
+import { Envelope, ok } from '../http/schemas.ts'
+import { AddSymbolBody, CreateBody, IdParams, ListQuery, SymbolParams, UpdateBody, Watchlist } from './schemas.ts'
+import type { WatchlistService } from './service.ts'
+
+const One = Envelope(Type.Object({ watchlist: Watchlist }))
+const security = [{ bearer: [] }]
+
+/** Registered inside the bearer-auth scope: every route here needs a valid access token. */
+export async function watchlistRoutes(fastify: FastifyInstance, service: WatchlistService): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+  const tags = ['watchlists']
+
+  app.get('/watchlists', {
+    schema: {
+      tags, security, operationId: 'listWatchlists', querystring: ListQuery,
+      response: { 200: Envelope(Type.Object({ watchlists: Type.Array(Watchlist), next_cursor: Type.Union([Type.String(), Type.Null()]) })) },
+    },
+  }, async (request) => ok(await service.list(principalOf(request).userId, request.query)))
+
+  app.post('/watchlists', {
+    schema: { tags, security, operationId: 'createWatchlist', body: CreateBody, response: { 201: One } },
+  }, async (request, reply) => {
+    const watchlist = await service.create(principalOf(request).userId, request.body)
+    return reply.code(201).send(ok({ watchlist }))
+  })
+
+  app.get('/watchlists/:id', {
+    schema: { tags, security, operationId: 'getWatchlist', params: IdParams, response: { 200: One } },
+  }, async (request) => ok({ watchlist: await service.get(principalOf(request).userId, request.params.id) }))
+
+  app.patch('/watchlists/:id', {
+    schema: { tags, security, operationId: 'updateWatchlist', params: IdParams, body: UpdateBody, response: { 200: One } },
+  }, async (request) => ok({ watchlist: await service.update(principalOf(request).userId, request.params.id, request.body) }))
+
+  app.delete('/watchlists/:id', {
+    schema: {
+      tags, security, operationId: 'deleteWatchlist', params: IdParams,
+      response: { 200: Envelope(Type.Object({ id: Type.String(), deleted: Type.Literal(true) })) },
+    },
+  }, async (request) => {
+    await service.remove(principalOf(request).userId, request.params.id)
+    return ok({ id: request.params.id, deleted: true as const })
+  })
+
+  app.post('/watchlists/:id/symbols', {
+    schema: { tags, security, operationId: 'addWatchlistSymbol', params: IdParams, body: AddSymbolBody, response: { 200: One } },
+  }, async (request) => ok({ watchlist: await service.addSymbol(principalOf(request).userId, request.params.id, request.body.symbol) }))
+
+  app.delete('/watchlists/:id/symbols/:symbol', {
+    schema: { tags, security, operationId: 'removeWatchlistSymbol', params: SymbolParams, response: { 200: One } },
+  }, async (request) => ok({ watchlist: await service.removeSymbol(principalOf(request).userId, request.params.id, request.params.symbol) }))
+}

@@ -1,0 +1,44 @@
+import Type from 'typebox'
+import { Body } from '../http/schemas.ts'
+
+export const NAME_MAX = 100
+export const SYMBOLS_MAX = 200
+export const LISTS_MAX = 100
+export const SYMBOL_PATTERN = /^[A-Z0-9.-]{1,15}$/
+
+const SymbolInput = Type.String({ minLength: 1, maxLength: 64, description: '1 to 15 of A-Z 0-9 . - (stored upper-case)' })
+
+export const Watchlist = Type.Object({
+  id: Type.String({ format: 'uuid' }),
+  name: Type.String(),
+  symbols: Type.Array(Type.String()),
+  created_at: Type.String({ format: 'date-time' }),
+  updated_at: Type.String({ format: 'date-time' }),
+})
+
+export const CreateBody = Body({
+  name: Type.String({ maxLength: 1024 }),
+  symbols: Type.Optional(Type.Array(SymbolInput, { maxItems: SYMBOLS_MAX })),
+})
+
+export const UpdateBody = Type.Object(
+  {
+    name: Type.Optional(Type.String({ maxLength: 1024 })),
+    symbols: Type.Optional(Type.Array(SymbolInput, { maxItems: SYMBOLS_MAX })),
+  },
+  { additionalProperties: false, minProperties: 1 },
+)
+
+export const AddSymbolBody = Body({ symbol: SymbolInput })
+
+// Path ids are checked as UUIDs by the service: a malformed id is simply a list that does not exist (404).
+export const IdParams = Type.Object({ id: Type.String({ maxLength: 64 }) })
+export const SymbolParams = Type.Object({ id: Type.String({ maxLength: 64 }), symbol: Type.String({ maxLength: 64 }) })
+
+export const ListQuery = Type.Object(
+  {
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
+    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 256 })),
+  },
+  { additionalProperties: false },
+)
