@@ -2,11 +2,15 @@ import { randomBytes, randomUUID } from 'node:crypto'
 import path from 'node:path'
 import type { Writable } from 'node:stream'
 import Fastify, { LogController, type FastifyInstance } from 'fastify'
+import { LifecycleService } from './accounts/lifecycle.ts'
+import { protectedLifecycleRoutes, publicLifecycleRoutes } from './accounts/routes.ts'
 import { AccountService } from './accounts/service.ts'
 import { KeyStore } from './auth/keys.ts'
 import { createArgon2Hasher, type PasswordHasher } from './auth/passwords.ts'
 import { protectedAuthRoutes, publicAuthRoutes } from './auth/routes.ts'
+import { SessionGate, type SessionGateOptions } from './auth/revocation.ts'
 import { AuthService } from './auth/service.ts'
+import { Background } from './background.ts'
 import { REFRESH_TTL_SECONDS, TokenService } from './auth/tokens.ts'
 import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
@@ -18,7 +22,7 @@ import { opsRoutes } from './http/ops.ts'
 import { installValidation } from './http/validation.ts'
 import { AppError } from './errors.ts'
 import { REDACT_PATHS } from './logger.ts'
-import { createMailTransport, Mailer, type MailTransport } from './mail/index.ts'
+import { createMailTransport, type MailTransport } from './mail/index.ts'
 import { CursorCodec } from './watchlists/cursor.ts'
 import { watchlistRoutes } from './watchlists/routes.ts'
 import { WatchlistService } from './watchlists/service.ts'
@@ -30,6 +34,8 @@ export interface AppOverrides {
   /** A database the caller owns (and closes); by default one is opened from the config. */
   db?: Db
   mailTransport?: MailTransport
+  /** Revocation-feed timings (poll interval, window). */
+  gate?: SessionGateOptions
   /** Where log lines go; stdout by default. */
   logStream?: Writable
 }
@@ -38,9 +44,11 @@ export interface AppServices {
   db: Db
   keys: KeyStore
   auth: AuthService
+  lifecycle: LifecycleService
   accounts: AccountService
   watchlists: WatchlistService
-  mailer: Mailer
+  gate: SessionGate
+  background: Background
   clock: Clock
 }
 
@@ -91,30 +99,37 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     await migrate(db)
     const keys = new KeyStore(db, { clock, refreshTtlSeconds: REFRESH_TTL_SECONDS })
     await keys.start()
-    const mailer = new Mailer(
+    const mail =
       overrides.mailTransport ??
-        createMailTransport({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: path.join(config.dataDir, 'outbox'), logger: app.log }),
-      app.log,
-    )
+      createMailTransport({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: path.join(config.dataDir, 'outbox'), logger: app.log })
+    const background = new Background(app.log)
+    const gate = new SessionGate(db, app.log, overrides.gate)
+    gate.start()
+    const hasher = overrides.hasher ?? createArgon2Hasher()
     const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock })
     const auth = new AuthService({
       db,
       clock,
-      hasher: overrides.hasher ?? createArgon2Hasher(),
+      hasher,
       tokens,
-      mailer,
+      mail,
+      background,
+      gate,
       logger: app.log,
       requireEmailVerification: config.requireEmailVerification,
       verifyEmailUrl: config.verifyEmailUrl,
     })
+    const lifecycle = new LifecycleService({ db, clock, hasher, tokens, gate, mail, background, resetPasswordUrl: config.resetPasswordUrl })
+    const accounts = new AccountService(db, clock, (changes) => gate.apply(changes))
     const cursorSecret = await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now())
     const watchlists = new WatchlistService(db, clock, new CursorCodec(cursorSecret))
-    app.decorate('services', { db, keys, auth, accounts: new AccountService(db, clock), watchlists, mailer, clock })
+    app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, clock })
 
     app.addHook('onClose', async () => {
       keys.stop()
-      await mailer.drain()
-      mailer.close()
+      await gate.stop()
+      await background.drain()
+      mail.close()
       if (!overrides.db) await db.close()
     })
   } catch (error) {
@@ -148,14 +163,18 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   installValidation(app)
   installErrorHandling(app)
 
-  const { auth, db: database, keys, watchlists } = app.services
+  const { auth, lifecycle, db: database, keys, watchlists } = app.services
   await app.register(opsRoutes, { db: database, keys })
   await app.register(
     async (api) => {
-      await api.register(async (open) => publicAuthRoutes(open, auth))
+      await api.register(async (open) => {
+        await publicAuthRoutes(open, auth)
+        await publicLifecycleRoutes(open, lifecycle)
+      })
       await api.register(async (scope) => {
         protect(scope, auth)
         await protectedAuthRoutes(scope, auth)
+        await protectedLifecycleRoutes(scope, lifecycle)
         await watchlistRoutes(scope, watchlists)
       })
     },

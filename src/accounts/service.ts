@@ -1,7 +1,9 @@
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
-import { users, type UserRow } from '../db/repositories.ts'
+import { auditEvents, users, type AuditEventRow, type UserRow } from '../db/repositories.ts'
 import { normaliseEmail } from '../auth/input.ts'
+import { publishChanges, type AuthChange } from '../auth/revocation.ts'
+import { CLI_CONTEXT, recordEvent, type AuditType, type RequestContext } from './audit.ts'
 
 export type DisableReason = NonNullable<UserRow['disabled_reason']>
 export const DISABLE_REASONS: readonly DisableReason[] = ['suspended', 'banned']
@@ -33,12 +35,34 @@ function summarise(user: UserRow): AccountSummary {
   }
 }
 
-/** Operator actions on account state; reached from the CLI, never from the public API. */
+/**
+ * Operator actions on account state; reached from the CLI, never from the public API. Each change
+ * is published to the revocation feed in its transaction, so every running instance enforces it
+ * within the gate's bound; `onChange` lets an in-process caller apply it at once.
+ */
 export class AccountService {
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
+    private readonly onChange: (changes: AuthChange[]) => void = () => {},
+    private readonly context: RequestContext = CLI_CONTEXT,
   ) {}
+
+  private async change(user: UserRow, type: AuditType, reason: string | null, write: (trx: Db['kysely']) => Promise<unknown>): Promise<AccountSummary> {
+    const change: AuthChange = { kind: 'user_changed', user_id: user.id }
+    await this.db.kysely.transaction().execute(async (trx) => {
+      await write(trx)
+      await publishChanges(trx, [change])
+      await recordEvent(trx, this.clock, { type, userId: user.id, reason, context: this.context })
+    })
+    this.onChange([change])
+    return summarise((await users.findById(this.db.kysely, user.id))!)
+  }
+
+  async events(filter: { email?: string; since?: number; limit?: number }): Promise<AuditEventRow[]> {
+    const userId = filter.email === undefined ? undefined : (await this.find(filter.email)).id
+    return auditEvents.list(this.db.kysely, { userId, since: filter.since, limit: filter.limit ?? 1000 })
+  }
 
   private async find(rawEmail: string): Promise<UserRow> {
     const email = normaliseEmail(rawEmail)
@@ -53,19 +77,16 @@ export class AccountService {
 
   async verify(email: string): Promise<AccountSummary> {
     const user = await this.find(email)
-    await users.markVerified(this.db.kysely, user.id, this.clock.now())
-    return summarise((await users.findById(this.db.kysely, user.id))!)
+    return this.change(user, 'account.verified', null, (trx) => users.markVerified(trx, user.id, this.clock.now()))
   }
 
   async disable(email: string, reason: DisableReason): Promise<AccountSummary> {
     const user = await this.find(email)
-    await users.setStatus(this.db.kysely, user.id, 'disabled', reason, this.clock.now())
-    return summarise((await users.findById(this.db.kysely, user.id))!)
+    return this.change(user, 'account.disabled', reason, (trx) => users.setStatus(trx, user.id, 'disabled', reason, this.clock.now()))
   }
 
   async enable(email: string): Promise<AccountSummary> {
     const user = await this.find(email)
-    await users.setStatus(this.db.kysely, user.id, 'active', null, this.clock.now())
-    return summarise((await users.findById(this.db.kysely, user.id))!)
+    return this.change(user, 'account.enabled', null, (trx) => users.setStatus(trx, user.id, 'active', null, this.clock.now()))
   }
 }

@@ -3,10 +3,13 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { principalOf } from '../http/bearer.ts'
 import { Body, Envelope, ok } from '../http/schemas.ts'
-import type { AuthService, RequestContext } from './service.ts'
+import type { RequestContext } from '../accounts/audit.ts'
+import type { AuthService } from './service.ts'
 import { PASSWORD_MAX, PASSWORD_MIN } from './passwords.ts'
 
 /** Auth bodies are small; a large one is refused before any parsing or hashing (16 KiB). */
+export { Email, Password, Jwt, OneTimeToken }
+
 export const AUTH_BODY_LIMIT = 16 * 1024
 
 const Email = Type.String({ minLength: 1, maxLength: 320, description: 'Trimmed, NFC-normalised and lower-cased before use' })
@@ -24,7 +27,7 @@ const TokenPair = Type.Object({
 
 export function requestContext(request: FastifyRequest): RequestContext {
   const agent = request.headers['user-agent']
-  return { ip: request.ip, userAgent: typeof agent === 'string' ? agent : null }
+  return { ip: request.ip, userAgent: typeof agent === 'string' ? agent : null, requestId: request.id }
 }
 
 export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthService): Promise<void> {
@@ -45,7 +48,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
       },
     },
   }, async (request, reply) => {
-    const user = await auth.register(request.body)
+    const user = await auth.register(request.body, requestContext(request))
     const message = user.verification_required
       ? 'Registration successful. Check your e-mail to verify your address.'
       : 'Registration successful. You can log in now.'
@@ -60,7 +63,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
       body: Body({ token: OneTimeToken }),
       response: { 200: Envelope(Type.Object({ email: Type.String(), verified: Type.Literal(true) })) },
     },
-  }, async (request) => ok(await auth.verifyEmail(request.body.token)))
+  }, async (request) => ok(await auth.verifyEmail(request.body.token, requestContext(request))))
 
   app.post('/auth/resend-verification', {
     ...common,
@@ -93,7 +96,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
       body: Body({ refresh_token: Jwt }),
       response: { 200: Envelope(Type.Object({ access_token: Type.String(), expires_in: Type.Integer() })) },
     },
-  }, async (request) => ok(await auth.refresh(request.body.refresh_token)))
+  }, async (request) => ok(await auth.refresh(request.body.refresh_token, requestContext(request))))
 }
 
 export async function protectedAuthRoutes(fastify: FastifyInstance, auth: AuthService): Promise<void> {

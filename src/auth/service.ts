@@ -4,18 +4,15 @@ import { isUniqueViolation, type Db } from '../db/index.ts'
 import { oneTimeTokens, sessions, users, type UserRow } from '../db/repositories.ts'
 import { AppError, type ErrorDetail } from '../errors.ts'
 import type { Logger } from '../logger.ts'
-import { verificationMail, type Mailer } from '../mail/index.ts'
+import { recordEvent, type RequestContext } from '../accounts/audit.ts'
+import type { Background } from '../background.ts'
+import { verificationMail, type MailTransport } from '../mail/index.ts'
+import type { SessionGate } from './revocation.ts'
 import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from './input.ts'
 import { passwordProblems, type PasswordHasher } from './passwords.ts'
 import { ACCESS_TTL_SECONDS, type TokenService } from './tokens.ts'
 
 export const VERIFICATION_TTL_MS = 24 * 3600 * 1000
-
-/** Who is asking: recorded on sessions (and, later, audit events). */
-export interface RequestContext {
-  ip: string
-  userAgent: string | null
-}
 
 export interface Principal {
   userId: string
@@ -27,14 +24,16 @@ export interface AuthServiceDeps {
   clock: Clock
   hasher: PasswordHasher
   tokens: TokenService
-  mailer: Mailer
+  mail: MailTransport
+  background: Background
+  gate: SessionGate
   logger: Logger
   requireEmailVerification: boolean
   verifyEmailUrl: string
 }
 
 /** 256 random bits for the mail; only the SHA-256 of it is stored, so a database leak yields no usable link. */
-function newOneTimeToken(): { token: string; hash: string } {
+export function newOneTimeToken(): { token: string; hash: string } {
   const token = randomBytes(32).toString('base64url')
   return { token, hash: hashOneTimeToken(token) }
 }
@@ -50,7 +49,7 @@ export class AuthService {
     return this.deps.db.kysely
   }
 
-  async register(input: { email: string; password: string; full_name: string }) {
+  async register(input: { email: string; password: string; full_name: string }, context: RequestContext) {
     const email = normaliseEmail(input.email)
     const fullName = normaliseFullName(input.full_name)
     const details: ErrorDetail[] = []
@@ -89,6 +88,7 @@ export class AuthService {
             expires_at: now + VERIFICATION_TTL_MS,
           })
         }
+        await recordEvent(trx, this.deps.clock, { type: 'account.registered', userId: row.id, context })
       })
     } catch (error) {
       if (isUniqueViolation(error)) throw new AppError('EMAIL_EXISTS')
@@ -100,15 +100,17 @@ export class AuthService {
 
   private sendVerification(email: string, token: string): void {
     const link = this.deps.verifyEmailUrl.replace('{token}', encodeURIComponent(token))
-    this.deps.mailer.sendInBackground(verificationMail(email, link, token), 'verify_email')
+    const message = verificationMail(email, link, token)
+    this.deps.background.run('verification mail', () => this.deps.mail.send(message))
   }
 
-  async verifyEmail(token: string): Promise<{ email: string; verified: true }> {
+  async verifyEmail(token: string, context: RequestContext): Promise<{ email: string; verified: true }> {
     const now = this.deps.clock.now()
     const email = await this.db.transaction().execute(async (trx) => {
       const userId = await oneTimeTokens.consume(trx, hashOneTimeToken(token), 'verify_email', now)
       if (!userId) return null
       await users.markVerified(trx, userId, now)
+      await recordEvent(trx, this.deps.clock, { type: 'email.verified', userId, context })
       return (await users.findById(trx, userId))?.email ?? null
     })
     if (!email) throw new AppError('INVALID_VERIFICATION_TOKEN')
@@ -124,6 +126,11 @@ export class AuthService {
     const issue = emailProblem(email)
     if (issue) throwIfProblems([{ field: 'email', message: issue }])
     if (!this.deps.requireEmailVerification) return
+    // All of the lookup happens after the answer: its timing then cannot depend on the address.
+    this.deps.background.run('resend verification', () => this.resendNow(email))
+  }
+
+  private async resendNow(email: string): Promise<void> {
     const user = await users.findByEmail(this.db, email)
     if (!user || user.email_verified_at !== null || user.status !== 'active') return
     const now = this.deps.clock.now()
@@ -149,13 +156,21 @@ export class AuthService {
     // unknown address (same body, same work), so login never reveals which addresses exist.
     if (!user) {
       await this.deps.hasher.verifyDummy(input.password)
+      await recordEvent(this.db, this.deps.clock, { type: 'login.failed', reason: 'unknown_email', context })
       throw new AppError('INVALID_CREDENTIALS')
     }
     if (!(await this.deps.hasher.verify(user.password_hash, input.password))) {
+      await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'wrong_password', context })
       throw new AppError('INVALID_CREDENTIALS')
     }
     // Only the owner of the password learns the account's state.
-    this.assertUsable(user)
+    try {
+      this.assertUsable(user)
+    } catch (error) {
+      const reason = (error as AppError).code === 'ACCOUNT_DISABLED' ? 'account_disabled' : 'email_not_verified'
+      await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason, context })
+      throw error
+    }
 
     if (this.deps.hasher.needsRehash(user.password_hash)) await this.upgradeHash(user, input.password)
 
@@ -165,15 +180,18 @@ export class AuthService {
       this.deps.tokens.signAccess(user.id, sessionId),
       this.deps.tokens.signRefresh(user.id, sessionId),
     ])
-    await sessions.insert(this.db, {
-      id: sessionId,
-      user_id: user.id,
-      created_at: now,
-      last_used_at: now,
-      expires_at: refresh.expiresAt,
-      revoked_at: null,
-      user_agent: context.userAgent?.slice(0, 512) ?? null,
-      ip: context.ip,
+    await this.db.transaction().execute(async (trx) => {
+      await sessions.insert(trx, {
+        id: sessionId,
+        user_id: user.id,
+        created_at: now,
+        last_used_at: now,
+        expires_at: refresh.expiresAt,
+        revoked_at: null,
+        user_agent: context.userAgent?.slice(0, 512) ?? null,
+        ip: context.ip,
+      })
+      await recordEvent(trx, this.deps.clock, { type: 'login.succeeded', userId: user.id, context })
     })
     return {
       access_token: access.token,
@@ -198,7 +216,7 @@ export class AuthService {
     }
   }
 
-  async refresh(refreshToken: string) {
+  async refresh(refreshToken: string, context: RequestContext) {
     const result = await this.deps.tokens.verify(refreshToken, 'refresh')
     // Expired, forged, malformed or an access token: all the same to the client.
     if (result.status !== 'valid') throw new AppError('INVALID_REFRESH_TOKEN')
@@ -209,7 +227,10 @@ export class AuthService {
       throw new AppError('INVALID_REFRESH_TOKEN')
     }
     this.assertUsable(state)
-    await sessions.touch(this.db, sid, now)
+    await this.db.transaction().execute(async (trx) => {
+      await sessions.touch(trx, sid, now)
+      await recordEvent(trx, this.deps.clock, { type: 'token.refreshed', userId: sub, context })
+    })
     const access = await this.deps.tokens.signAccess(sub, sid)
     return { access_token: access.token, expires_in: ACCESS_TTL_SECONDS }
   }
@@ -217,16 +238,23 @@ export class AuthService {
   /**
    * Bearer authentication. The order is the contract: a forged or malformed token is INVALID_TOKEN
    * whatever its `exp`; a revoked session is INVALID_TOKEN; the account state is checked on every
-   * request (a disable bites at once); only then may a genuine token be TOKEN_EXPIRED.
+   * request (a disable bites within the gate's bound); only then may a genuine token be
+   * TOKEN_EXPIRED. Live tokens are checked against the in-memory gate; the rare expired one is
+   * checked against the database, so "expired" is never said of a session revoked long ago.
    */
   async authenticate(accessToken: string): Promise<Principal> {
     const result = await this.deps.tokens.verify(accessToken, 'access')
     if (result.status === 'invalid') throw new AppError('INVALID_TOKEN')
     const { sub, sid } = result.claims
-    const state = await sessions.findAuthState(this.db, sid)
-    if (!state || state.user_id !== sub || state.revoked_at !== null) throw new AppError('INVALID_TOKEN')
+    if (result.status === 'expired') {
+      const state = await sessions.findAuthState(this.db, sid)
+      if (!state || state.user_id !== sub || state.revoked_at !== null) throw new AppError('INVALID_TOKEN')
+      this.assertUsable(state)
+      throw new AppError('TOKEN_EXPIRED')
+    }
+    const state = await this.deps.gate.check(sid, sub)
+    if (!state) throw new AppError('INVALID_TOKEN')
     this.assertUsable(state)
-    if (result.status === 'expired') throw new AppError('TOKEN_EXPIRED')
     return { userId: sub, sessionId: sid }
   }
 

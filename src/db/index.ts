@@ -6,6 +6,7 @@ import pg from 'pg'
 import type { Database } from './schema.ts'
 import * as m0001 from './migrations/0001_initial.ts'
 import * as m0002 from './migrations/0002_watchlists.ts'
+import * as m0003 from './migrations/0003_lifecycle.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -86,6 +87,7 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
 const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
   '0002_watchlists': m0002,
+  '0003_lifecycle': m0003,
 }
 
 /** Applies every pending migration; safe to run from several processes at once on PostgreSQL. */

@@ -1,5 +1,6 @@
 import type { Kysely, Selectable } from 'kysely'
-import type { Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable, WatchlistsTable } from './schema.ts'
+import { randomUUID } from 'node:crypto'
+import type { AuditEventsTable, AuthChangesTable, Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable, WatchlistsTable } from './schema.ts'
 
 /**
  * Storage calls, one group a table. Each takes the executor first, so the same call runs on the
@@ -11,6 +12,8 @@ export type UserRow = Selectable<UsersTable>
 export type SessionRow = Selectable<SessionsTable>
 export type SigningKeyRow = Selectable<SigningKeysTable>
 export type WatchlistRow = Selectable<WatchlistsTable>
+export type AuthChangeRow = Selectable<AuthChangesTable>
+export type AuditEventRow = Selectable<AuditEventsTable>
 
 export const users = {
   async insert(db: Executor, row: UserRow): Promise<void> {
@@ -42,6 +45,15 @@ export const users = {
 
   async setStatus(db: Executor, id: string, status: UserRow['status'], reason: UserRow['disabled_reason'], at: number): Promise<void> {
     await db.updateTable('users').set({ status, disabled_reason: reason, updated_at: at }).where('id', '=', id).execute()
+  },
+
+  async setPasswordHash(db: Executor, id: string, hash: string, at: number): Promise<void> {
+    await db.updateTable('users').set({ password_hash: hash, updated_at: at }).where('id', '=', id).execute()
+  },
+
+  /** The account state the bearer check needs, without the password hash. */
+  async findState(db: Executor, id: string): Promise<Pick<UserRow, 'status' | 'email_verified_at'> | null> {
+    return (await db.selectFrom('users').select(['status', 'email_verified_at']).where('id', '=', id).executeTakeFirst()) ?? null
   },
 
   /** Replaces the hash only if it is still the one the caller read, so a concurrent password change wins. */
@@ -82,6 +94,33 @@ export const sessions = {
   async touch(db: Executor, id: string, at: number): Promise<void> {
     await db.updateTable('sessions').set({ last_used_at: at }).where('id', '=', id).execute()
   },
+
+  async listLive(db: Executor, userId: string, now: number): Promise<SessionRow[]> {
+    return db
+      .selectFrom('sessions')
+      .selectAll()
+      .where('user_id', '=', userId)
+      .where('revoked_at', 'is', null)
+      .where('expires_at', '>', now)
+      .orderBy('created_at', 'desc')
+      .orderBy('id')
+      .execute()
+  },
+
+  async findOwned(db: Executor, userId: string, id: string): Promise<SessionRow | null> {
+    return (await db.selectFrom('sessions').selectAll().where('id', '=', id).where('user_id', '=', userId).executeTakeFirst()) ?? null
+  },
+
+  /**
+   * Revokes the user's unrevoked sessions (all, one, or all but one) and returns their ids, so
+   * the caller can publish exactly those to the revocation feed in the same transaction.
+   */
+  async revoke(db: Executor, userId: string, at: number, which: { only?: string; except?: string } = {}): Promise<string[]> {
+    let query = db.updateTable('sessions').set({ revoked_at: at }).where('user_id', '=', userId).where('revoked_at', 'is', null)
+    if (which.only !== undefined) query = query.where('id', '=', which.only)
+    if (which.except !== undefined) query = query.where('id', '!=', which.except)
+    return (await query.returning('id').execute()).map((row) => row.id)
+  },
 }
 
 export const oneTimeTokens = {
@@ -109,6 +148,19 @@ export const oneTimeTokens = {
     return row?.user_id ?? null
   },
 
+  /** A live token's user, without using it up (the reset flow validates the new password first). */
+  async findLive(db: Executor, tokenHash: string, purpose: OneTimeTokenPurpose, at: number): Promise<string | null> {
+    const row = await db
+      .selectFrom('one_time_tokens')
+      .select('user_id')
+      .where('token_hash', '=', tokenHash)
+      .where('purpose', '=', purpose)
+      .where('used_at', 'is', null)
+      .where('expires_at', '>', at)
+      .executeTakeFirst()
+    return row?.user_id ?? null
+  },
+
   /** Retires every unused token of one purpose, so only the newest mail's link works. */
   async retireAll(db: Executor, userId: string, purpose: OneTimeTokenPurpose, at: number): Promise<void> {
     await db
@@ -118,6 +170,37 @@ export const oneTimeTokens = {
       .where('purpose', '=', purpose)
       .where('used_at', 'is', null)
       .execute()
+  },
+}
+
+export const authChanges = {
+  async publish(db: Executor, changes: { kind: AuthChangesTable['kind']; user_id: string; session_id?: string | null }[], at: number): Promise<void> {
+    if (changes.length === 0) return
+    await db
+      .insertInto('auth_changes')
+      .values(changes.map((change) => ({ id: randomUUID(), kind: change.kind, user_id: change.user_id, session_id: change.session_id ?? null, created_at: at })))
+      .execute()
+  },
+
+  async since(db: Executor, at: number): Promise<AuthChangeRow[]> {
+    return db.selectFrom('auth_changes').selectAll().where('created_at', '>=', at).orderBy('created_at').orderBy('id').execute()
+  },
+
+  async prune(db: Executor, before: number): Promise<void> {
+    await db.deleteFrom('auth_changes').where('created_at', '<', before).execute()
+  },
+}
+
+export const auditEvents = {
+  async insert(db: Executor, event: Omit<AuditEventRow, 'id'>): Promise<void> {
+    await db.insertInto('audit_events').values({ id: randomUUID(), ...event }).execute()
+  },
+
+  async list(db: Executor, filter: { userId?: string; since?: number; limit: number }): Promise<AuditEventRow[]> {
+    let query = db.selectFrom('audit_events').selectAll()
+    if (filter.userId !== undefined) query = query.where('user_id', '=', filter.userId)
+    if (filter.since !== undefined) query = query.where('at', '>=', filter.since)
+    return query.orderBy('at').orderBy('id').limit(filter.limit).execute()
   },
 }
 

@@ -60,6 +60,27 @@ export interface SecretsTable {
   created_at: number
 }
 
+export type AuthChangeKind = 'session_revoked' | 'user_changed'
+
+export interface AuthChangesTable {
+  id: string
+  kind: AuthChangeKind
+  user_id: string
+  session_id: string | null
+  created_at: number
+}
+
+export interface AuditEventsTable {
+  id: string
+  at: number
+  user_id: string | null
+  type: string
+  reason: string | null
+  ip: string | null
+  user_agent: string | null
+  request_id: string | null
+}
+
 export interface Database {
   users: UsersTable
   sessions: SessionsTable
@@ -67,4 +88,6 @@ export interface Database {
   signing_keys: SigningKeysTable
   watchlists: WatchlistsTable
   secrets: SecretsTable
+  auth_changes: AuthChangesTable
+  audit_events: AuditEventsTable
 }

@@ -66,38 +66,6 @@ function outboxMessage(from: string, message: MailMessage): string {
   ].join('\r\n')
 }
 
-/**
- * Sends mail off the request path: a slow or failing SMTP server neither delays an answer (whose
- * timing would then tell whether an address exists) nor fails a request that already succeeded.
- */
-export class Mailer {
-  private readonly pending = new Set<Promise<void>>()
-
-  constructor(
-    private readonly transport: MailTransport,
-    private readonly logger: Logger,
-  ) {}
-
-  sendInBackground(message: MailMessage, purpose: string): void {
-    const delivery = this.transport
-      .send(message)
-      .catch((error: unknown) => {
-        this.logger.error({ err: { message: (error as Error).message }, purpose }, 'mail delivery failed')
-      })
-      .finally(() => this.pending.delete(delivery))
-    this.pending.add(delivery)
-  }
-
-  /** Waits for mail already handed over; used on shutdown. */
-  async drain(): Promise<void> {
-    while (this.pending.size > 0) await Promise.all([...this.pending])
-  }
-
-  close(): void {
-    this.transport.close()
-  }
-}
-
 export function verificationMail(to: string, link: string, token: string): MailMessage {
   return {
     to,
@@ -112,6 +80,24 @@ export function verificationMail(to: string, link: string, token: string): MailM
       token,
       '',
       'If you did not create an account, ignore this message.',
+    ].join('\n'),
+  }
+}
+
+export function passwordResetMail(to: string, link: string, token: string): MailMessage {
+  return {
+    to,
+    subject: 'Reset your password',
+    text: [
+      'Someone asked to reset the password of your Portcullis account.',
+      '',
+      'Open this link to choose a new password (it works once, for 1 hour):',
+      link,
+      '',
+      'Or give this reset code to the application:',
+      token,
+      '',
+      'If it was not you, ignore this message: your password stays as it is.',
     ].join('\n'),
   }
 }

@@ -99,3 +99,16 @@ export async function registerVerifyLogin(t: TestApp, email = uniqueEmail()) {
   const data = login.json().data as { access_token: string; refresh_token: string }
   return { email, userId: registered.json().data.user_id as string, ...data }
 }
+
+/**
+ * Polls `probe` until it returns true, for at most `withinMs`; returns how long it took. For
+ * changes that reach an instance through the revocation feed rather than at once.
+ */
+export async function within(withinMs: number, probe: () => Promise<boolean>): Promise<number> {
+  const start = performance.now()
+  for (;;) {
+    if (await probe()) return performance.now() - start
+    if (performance.now() - start > withinMs) throw new Error(`not true within ${withinMs} ms`)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}

@@ -152,7 +152,7 @@ for (const engine of ENGINES) {
         assert.notEqual(newToken, oldToken)
         assert.equal((await t.post('/auth/verify-email', { token: oldToken })).json().error.code, 'INVALID_VERIFICATION_TOKEN')
         assert.equal((await t.post('/auth/verify-email', { token: newToken })).statusCode, 200)
-        await t.app.services.mailer.drain()
+        await t.app.services.background.drain()
         assert.equal(t.mail.received.filter((m) => m.to.includes(verified.email)).length, 0)
       })
     })

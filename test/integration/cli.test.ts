@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process'
 import { describe, test } from 'node:test'
 import { runCli, type CliIo } from '../../src/cli.ts'
 import { createStorage, ENGINES } from '../helpers/db.ts'
-import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail } from '../helpers/app.ts'
+import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, within } from '../helpers/app.ts'
 
 function capture(): CliIo & { stdout: string[]; stderr: string[] } {
   const stdout: string[] = []
@@ -35,11 +35,12 @@ for (const engine of ENGINES) {
         io = capture()
         assert.equal(await runCli(['users', 'disable', active.email, '--reason', 'banned'], env, io), 0)
         assert.match(io.stdout[0]!, /disabled \(banned\)/)
-        assert.equal((await t.get('/auth/me', active.access_token)).json().error.code, 'ACCOUNT_DISABLED')
+        // The CLI is another writer: the running service learns of it through the revocation feed.
+        await within(1000, async () => (await t.get('/auth/me', active.access_token)).json().error?.code === 'ACCOUNT_DISABLED')
 
         io = capture()
         assert.equal(await runCli(['users', 'enable', active.email], env, io), 0)
-        assert.equal((await t.get('/auth/me', active.access_token)).statusCode, 200)
+        await within(1000, async () => (await t.get('/auth/me', active.access_token)).statusCode === 200)
       } finally {
         await t.close()
         await storage.drop()

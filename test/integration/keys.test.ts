@@ -112,7 +112,7 @@ for (const engine of ENGINES) {
         const login = await t.post('/auth/login', { email, password: PASSWORD })
         assert.equal(login.statusCode, 200)
         assert.equal((await t.get('/auth/me', login.json().data.access_token)).json().data.email_verified, false)
-        await t.app.services.mailer.drain()
+        await t.app.services.background.drain()
         assert.equal(t.mail.received.length, 0)
       } finally {
         await t.close()

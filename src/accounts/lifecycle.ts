@@ -1,0 +1,156 @@
+import type { Background } from '../background.ts'
+import type { Clock } from '../clock.ts'
+import type { Db } from '../db/index.ts'
+import { oneTimeTokens, sessions, users } from '../db/repositories.ts'
+import { AppError } from '../errors.ts'
+import { emailProblem, normaliseEmail, throwIfProblems } from '../auth/input.ts'
+import { passwordProblems, type PasswordHasher } from '../auth/passwords.ts'
+import { publishChanges, type SessionGate } from '../auth/revocation.ts'
+import { hashOneTimeToken, newOneTimeToken, type Principal } from '../auth/service.ts'
+import type { TokenService } from '../auth/tokens.ts'
+import { passwordResetMail, type MailTransport } from '../mail/index.ts'
+import { recordEvent, type AuditType, type RequestContext } from './audit.ts'
+
+export const RESET_TTL_MS = 3600 * 1000
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+export interface LifecycleDeps {
+  db: Db
+  clock: Clock
+  hasher: PasswordHasher
+  tokens: TokenService
+  gate: SessionGate
+  mail: MailTransport
+  background: Background
+  resetPasswordUrl: string
+}
+
+export interface SessionView {
+  id: string
+  created_at: string
+  last_used_at: string
+  user_agent: string | null
+  current: boolean
+}
+
+/** Logout, sessions, and password reset and change: everything after login. */
+export class LifecycleService {
+  constructor(private readonly deps: LifecycleDeps) {}
+
+  private get db() {
+    return this.deps.db.kysely
+  }
+
+  /**
+   * Revokes sessions and publishes them to the revocation feed in one transaction, records the
+   * event, and applies the change to this instance at once (others follow within the gate's bound).
+   */
+  private async revokeSessions(
+    userId: string,
+    which: { only?: string; except?: string },
+    audit: { type: AuditType; context: RequestContext },
+    alsoInTransaction?: (trx: Db['kysely']) => Promise<void>,
+  ): Promise<string[]> {
+    const now = this.deps.clock.now()
+    const revoked = await this.db.transaction().execute(async (trx) => {
+      await alsoInTransaction?.(trx)
+      const ids = await sessions.revoke(trx, userId, now, which)
+      await publishChanges(trx, ids.map((id) => ({ kind: 'session_revoked' as const, user_id: userId, session_id: id })))
+      await recordEvent(trx, this.deps.clock, { type: audit.type, userId, context: audit.context })
+      return ids
+    })
+    this.deps.gate.apply(revoked.map((id) => ({ kind: 'session_revoked', user_id: userId, session_id: id })))
+    return revoked
+  }
+
+  /**
+   * Accepts any refresh token this service signed, even expired or already revoked (logout must
+   * always be possible and is idempotent); a token it did not sign is refused.
+   */
+  async logout(refreshToken: string, context: RequestContext): Promise<void> {
+    const result = await this.deps.tokens.verify(refreshToken, 'refresh')
+    if (result.status === 'invalid') throw new AppError('INVALID_REFRESH_TOKEN')
+    await this.revokeSessions(result.claims.sub, { only: result.claims.sid }, { type: 'logout', context })
+  }
+
+  async logoutAll(principal: Principal, context: RequestContext): Promise<number> {
+    return (await this.revokeSessions(principal.userId, {}, { type: 'logout.all', context })).length
+  }
+
+  async listSessions(principal: Principal): Promise<SessionView[]> {
+    const rows = await sessions.listLive(this.db, principal.userId, this.deps.clock.now())
+    return rows.map((row) => ({
+      id: row.id,
+      created_at: new Date(row.created_at).toISOString(),
+      last_used_at: new Date(row.last_used_at).toISOString(),
+      user_agent: row.user_agent,
+      current: row.id === principal.sessionId,
+    }))
+  }
+
+  /** Only the caller's own sessions; anyone else's, or none at all, is NOT_FOUND. Idempotent. */
+  async revokeSession(principal: Principal, sessionId: string, context: RequestContext): Promise<void> {
+    if (!UUID.test(sessionId)) throw new AppError('NOT_FOUND')
+    const session = await sessions.findOwned(this.db, principal.userId, sessionId)
+    if (!session) throw new AppError('NOT_FOUND')
+    await this.revokeSessions(principal.userId, { only: sessionId }, { type: 'session.revoked', context })
+  }
+
+  /**
+   * The answer is the same whatever the address, and all the work (lookup, token, mail) happens
+   * after it, so neither the body nor the timing tells whether an account exists.
+   */
+  forgotPassword(rawEmail: string, context: RequestContext): void {
+    const email = normaliseEmail(rawEmail)
+    const issue = emailProblem(email)
+    if (issue) throwIfProblems([{ field: 'email', message: issue }])
+    this.deps.background.run('password reset mail', async () => {
+      const user = await users.findByEmail(this.db, email)
+      if (!user) return
+      const now = this.deps.clock.now()
+      const reset = newOneTimeToken()
+      await this.db.transaction().execute(async (trx) => {
+        await oneTimeTokens.retireAll(trx, user.id, 'reset_password', now)
+        await oneTimeTokens.insert(trx, { token_hash: reset.hash, user_id: user.id, purpose: 'reset_password', created_at: now, expires_at: now + RESET_TTL_MS })
+        await recordEvent(trx, this.deps.clock, { type: 'password.reset_requested', userId: user.id, context })
+      })
+      const link = this.deps.resetPasswordUrl.replace('{token}', encodeURIComponent(reset.token))
+      await this.deps.mail.send(passwordResetMail(email, link, reset.token))
+    })
+  }
+
+  /**
+   * Sets a new password with a mailed token and revokes every session of the user. The token is
+   * only used up once the new password has passed the policy, so a rejected password does not
+   * burn the link. Following the link also proves the address, so it counts as verification.
+   */
+  async resetPassword(token: string, password: string, context: RequestContext): Promise<void> {
+    const tokenHash = hashOneTimeToken(token)
+    const userId = await oneTimeTokens.findLive(this.db, tokenHash, 'reset_password', this.deps.clock.now())
+    const user = userId ? await users.findById(this.db, userId) : null
+    if (!user) throw new AppError('INVALID_RESET_TOKEN')
+    throwIfProblems(passwordProblems(password, user.email))
+    const hash = await this.deps.hasher.hash(password)
+    await this.revokeSessions(user.id, {}, { type: 'password.reset', context }, async (trx) => {
+      const now = this.deps.clock.now()
+      // Consumed in the same transaction: two racing resets with one token cannot both succeed.
+      if (!(await oneTimeTokens.consume(trx, tokenHash, 'reset_password', now))) throw new AppError('INVALID_RESET_TOKEN')
+      await users.setPasswordHash(trx, user.id, hash, now)
+      await users.markVerified(trx, user.id, now)
+      await oneTimeTokens.retireAll(trx, user.id, 'reset_password', now)
+    })
+  }
+
+  /** Needs the current password; keeps the caller's session and revokes every other one. */
+  async changePassword(principal: Principal, currentPassword: string, newPassword: string, context: RequestContext): Promise<number> {
+    const user = await users.findById(this.db, principal.userId)
+    if (!user) throw new AppError('INVALID_TOKEN')
+    if (!(await this.deps.hasher.verify(user.password_hash, currentPassword))) throw new AppError('INVALID_CREDENTIALS')
+    throwIfProblems(passwordProblems(newPassword, user.email, 'new_password'))
+    const hash = await this.deps.hasher.hash(newPassword)
+    const revoked = await this.revokeSessions(principal.userId, { except: principal.sessionId }, { type: 'password.changed', context }, async (trx) => {
+      await users.setPasswordHash(trx, user.id, hash, this.deps.clock.now())
+    })
+    return revoked.length
+  }
+}
