@@ -3,6 +3,7 @@
 // from the local PostgreSQL binaries. If neither works the run fails: no test is silently skipped.
 import { spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, readdirSync, statSync } from 'node:fs'
+import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -18,13 +19,25 @@ function testFiles(dir) {
   })
 }
 
+/** A port nothing listens on right now, chosen by the OS (a random guess can collide). */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address()
+      server.close(() => resolve(port))
+    })
+  })
+}
+
 const files = (only.length > 0 ? only : testFiles(path.join(root, 'test'))).sort()
 const env = { ...process.env }
 let cluster
 
 if (!env.DATABASE_URL) {
   const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-pg-'))
-  const port = String(20000 + Math.floor(Math.random() * 20000))
+  const port = String(await freePort())
   const started = spawnSync(path.join(root, 'scripts/pg-throwaway.sh'), ['start', dir, port], { encoding: 'utf8' })
   if (started.status !== 0) {
     process.stderr.write(started.stderr)

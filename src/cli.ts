@@ -13,6 +13,7 @@ const USAGE = `usage: portcullis <command>
   users verify EMAIL                      mark an address verified
   users disable EMAIL [--reason R]        disable an account (R: suspended (default) or banned)
   users enable EMAIL                      re-enable a disabled account
+  events list [--user EMAIL] [--since T]  audit events, oldest first (T: ISO time or 30m, 24h, 7d)
   keys list                               list signing keys and their state
   keys rotate                             add a new signing key (old ones keep verifying)`
 
@@ -40,6 +41,34 @@ function parseReason(args: string[]): { email: string; reason: DisableReason } {
   }
   if (rest.length !== 1 || rest[0]!.startsWith('--')) throw new UsageError('users disable takes one EMAIL')
   return { email: rest[0]!, reason }
+}
+
+/** `--name value` or `--name=value` options, and what is left. */
+function options(args: string[], names: string[]): { values: Record<string, string>; rest: string[] } {
+  const values: Record<string, string> = {}
+  const rest: string[] = []
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!
+    const name = names.find((n) => arg === `--${n}` || arg.startsWith(`--${n}=`))
+    if (!name) {
+      rest.push(arg)
+      continue
+    }
+    const value = arg.includes('=') ? arg.slice(arg.indexOf('=') + 1) : args[++i]
+    if (value === undefined || value === '') throw new UsageError(`--${name} needs a value`)
+    values[name] = value
+  }
+  return { values, rest }
+}
+
+const DURATION = /^(\d+)([mhd])$/
+
+function parseSince(value: string, now: number): number {
+  const duration = DURATION.exec(value)
+  if (duration) return now - Number(duration[1]) * { m: 60_000, h: 3600_000, d: 86_400_000 }[duration[2] as 'm' | 'h' | 'd']
+  const time = Date.parse(value)
+  if (Number.isNaN(time)) throw new UsageError('--since takes an ISO time (2026-11-01T00:00:00Z) or a duration (30m, 24h, 7d)')
+  return time
 }
 
 function oneEmail(args: string[], command: string): string {
@@ -106,6 +135,18 @@ export async function runCli(
         return await withDatabase(env, async (db) => {
           const user = await new AccountService(db, clock).disable(email, reason)
           io.out(`${user.email}: disabled (${reason})`)
+          return 0
+        })
+      }
+      case 'events list': {
+        const { values, rest } = options(args, ['user', 'since'])
+        if (rest.length > 0) throw new UsageError(`events list does not take ${rest[0]}`)
+        const since = values.since === undefined ? undefined : parseSince(values.since, clock.now())
+        return await withDatabase(env, async (db) => {
+          const events = await new AccountService(db, clock).events({ email: values.user, since })
+          for (const event of events) {
+            io.out([new Date(event.at).toISOString(), event.type, event.reason ?? '-', event.user_id ?? '-', event.ip ?? '-', event.request_id ?? '-', event.user_agent ?? '-'].join('\t'))
+          }
           return 0
         })
       }

@@ -4,6 +4,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { once } from 'node:events'
+import { createServer, type AddressInfo } from 'node:net'
 import { describe, test } from 'node:test'
 
 /**
@@ -13,7 +14,12 @@ import { describe, test } from 'node:test'
 describe('server process', () => {
   test('serves the README walk on the embedded database and drains in-flight requests on SIGTERM', async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'portcullis-server-'))
-    const port = 20000 + Math.floor(Math.random() * 20000)
+    const port = await new Promise<number>((resolve) => {
+      const probe = createServer().listen(0, '127.0.0.1', () => {
+        const { port: free } = probe.address() as AddressInfo
+        probe.close(() => resolve(free))
+      })
+    })
     const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
       env: { ...process.env, DATABASE_URL: '', SMTP_URL: '', DATA_DIR: dataDir, PORT: String(port), NODE_ENV: 'development', LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],

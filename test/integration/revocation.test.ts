@@ -1,0 +1,91 @@
+import assert from 'node:assert/strict'
+import { after, before, describe, test } from 'node:test'
+import { decodeJwt } from 'jose'
+import { runCli } from '../../src/cli.ts'
+import { createStorage, ENGINES, type TestStorage } from '../helpers/db.ts'
+import { PASSWORD, registerVerifyLogin, startTestApp, within, type TestApp } from '../helpers/app.ts'
+
+/**
+ * Two instances on one database, each with its own in-memory gate. Instance A has already
+ * accepted the token (so its cache holds the session); the change goes through instance B (or the
+ * CLI), and A must refuse within one second without any help.
+ */
+for (const engine of ENGINES) {
+  describe(`revocation across instances on ${engine}`, () => {
+    let storage: TestStorage
+    let a: TestApp
+    let b: TestApp
+    before(async () => {
+      storage = await createStorage(engine)
+      a = await startTestApp(engine, { storage })
+      b = await startTestApp(engine, { storage })
+    })
+    after(async () => {
+      await a.close()
+      await b.close()
+      await storage.drop()
+    })
+
+    const code = async (t: TestApp, token: string) => (await t.get('/auth/me', token)).json().error?.code ?? 'OK'
+
+    async function warmOnA() {
+      const user = await registerVerifyLogin(a)
+      assert.equal(await code(a, user.access_token), 'OK')
+      return user
+    }
+
+    test('a logout through B stops the token on A within one second', async () => {
+      const user = await warmOnA()
+      assert.equal((await b.post('/auth/logout', { refresh_token: user.refresh_token })).statusCode, 200)
+      const ms = await within(1000, async () => (await code(a, user.access_token)) === 'INVALID_TOKEN')
+      console.log(`${engine}: logout on B refused on A after ${ms.toFixed(0)} ms`)
+    })
+
+    test('deleting a session through B stops it on A within one second', async () => {
+      const user = await warmOnA()
+      const sid = decodeJwt(user.access_token).sid as string
+      const other = (await b.post('/auth/login', { email: user.email, password: PASSWORD })).json().data.access_token
+      assert.equal((await b.call('DELETE', `/auth/sessions/${sid}`, other)).statusCode, 200)
+      await within(1000, async () => (await code(a, user.access_token)) === 'INVALID_TOKEN')
+    })
+
+    test('a password change through B revokes the other sessions on A within one second', async () => {
+      const user = await warmOnA()
+      const onB = (await b.post('/auth/login', { email: user.email, password: PASSWORD })).json().data.access_token
+      assert.equal((await b.post('/auth/change-password', { current_password: PASSWORD, new_password: 'a brand new passphrase' }, onB)).statusCode, 200)
+      await within(1000, async () => (await code(a, user.access_token)) === 'INVALID_TOKEN')
+      assert.equal(await code(a, onB), 'OK')
+    })
+
+    test('a disable through B answers ACCOUNT_DISABLED on A within one second, and an enable undoes it', async () => {
+      const user = await warmOnA()
+      await b.app.services.accounts.disable(user.email, 'banned')
+      const ms = await within(1000, async () => (await code(a, user.access_token)) === 'ACCOUNT_DISABLED')
+      console.log(`${engine}: disable on B refused on A after ${ms.toFixed(0)} ms`)
+      await b.app.services.accounts.enable(user.email)
+      await within(1000, async () => (await code(a, user.access_token)) === 'OK')
+    })
+
+    test('a disable from the CLI (another writer) reaches A within one second', async () => {
+      const user = await warmOnA()
+      const status = await runCli(['users', 'disable', user.email], { DATA_DIR: storage.dataDir, DATABASE_URL: storage.databaseUrl }, { out() {}, err() {} })
+      assert.equal(status, 0)
+      await within(1000, async () => (await code(a, user.access_token)) === 'ACCOUNT_DISABLED')
+    })
+
+    test('with the feed switched off on A, A keeps accepting: the bound comes from the feed, not from a query per request', async () => {
+      const lazy = await startTestApp(engine, { storage, overrides: { gate: { pollMs: 3_600_000 } } })
+      try {
+        const user = await registerVerifyLogin(lazy)
+        assert.equal(await code(lazy, user.access_token), 'OK')
+        assert.equal((await b.post('/auth/logout', { refresh_token: user.refresh_token })).statusCode, 200)
+        await new Promise((resolve) => setTimeout(resolve, 600))
+        assert.equal(await code(lazy, user.access_token), 'OK')
+        await lazy.app.services.gate.poll()
+        assert.equal(await code(lazy, user.access_token), 'INVALID_TOKEN')
+      } finally {
+        await lazy.close()
+      }
+    })
+  })
+}
