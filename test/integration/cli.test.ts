@@ -41,6 +41,19 @@ for (const engine of ENGINES) {
         io = capture()
         assert.equal(await runCli(['users', 'enable', active.email], env, io), 0)
         await within(1000, async () => (await t.get('/auth/me', active.access_token)).statusCode === 200)
+
+        io = capture()
+        assert.equal(await runCli(['events', 'list', '--user', active.email, '--since', '1h'], env, io), 0)
+        const types = io.stdout.map((line) => line.split('\t').slice(1, 3).join(':'))
+        for (const expected of ['account.registered:-', 'email.verified:-', 'login.succeeded:-', 'account.disabled:banned', 'account.enabled:-']) {
+          assert.ok(types.includes(expected), `${expected} missing from ${types.join(', ')}`)
+        }
+        assert.ok(io.stdout.every((line) => line.split('\t')[3] === active.userId))
+        io = capture()
+        assert.equal(await runCli(['events', 'list', '--since', '2999-01-01T00:00:00Z'], env, io), 0)
+        assert.deepEqual(io.stdout, [])
+        assert.equal(await runCli(['events', 'list', '--since', 'soon'], env, capture()), 2)
+        assert.equal(await runCli(['events', 'list', '--user', 'nobody@example.com'], env, capture()), 1)
       } finally {
         await t.close()
         await storage.drop()
