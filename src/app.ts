@@ -6,7 +6,7 @@ import { LifecycleService } from './accounts/lifecycle.ts'
 import { protectedLifecycleRoutes, publicLifecycleRoutes } from './accounts/routes.ts'
 import { AccountService } from './accounts/service.ts'
 import { KeyStore } from './auth/keys.ts'
-import { createArgon2Hasher, type PasswordHasher } from './auth/passwords.ts'
+import { createArgon2Hasher, isCommonPassword, type PasswordHasher } from './auth/passwords.ts'
 import { protectedAuthRoutes, publicAuthRoutes } from './auth/routes.ts'
 import { SessionGate, type SessionGateOptions } from './auth/revocation.ts'
 import { AuthService } from './auth/service.ts'
@@ -96,6 +96,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     onPoolError: (error) => app.log.warn({ err: { message: error.message } }, 'database connection lost'),
   })
   try {
+    // Read the blocklist at start, not on the first registration's request path.
+    isCommonPassword('')
     await migrate(db)
     const keys = new KeyStore(db, { clock, refreshTtlSeconds: REFRESH_TTL_SECONDS })
     await keys.start()

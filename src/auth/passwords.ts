@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import { hash, parseOptions, verify, type Algorithm } from '@node-rs/argon2'
 import { AppError, type ErrorDetail } from '../errors.ts'
 
@@ -60,11 +61,27 @@ export function createArgon2Hasher(params: Argon2Params = OWASP_ARGON2_PARAMS): 
   }
 }
 
+let blocklist: Set<string> | undefined
+
+/** The shipped list of common passwords (assets/README.md says where it comes from), loaded once. */
+function commonPasswords(): Set<string> {
+  blocklist ??= new Set(
+    readFileSync(new URL('../../assets/common-passwords.txt', import.meta.url), 'utf8')
+      .split('\n')
+      .filter(Boolean),
+  )
+  return blocklist
+}
+
+export function isCommonPassword(password: string): boolean {
+  return commonPasswords().has(password.toLowerCase())
+}
+
 export const PASSWORD_MIN = 8
 export const PASSWORD_MAX = 128
 
 /**
- * NIST SP 800-63B: length only, no composition rules; never equal to the address.
+ * NIST SP 800-63B: length, no composition rules, not a known common password, never the address.
  * Length is counted in Unicode code points, not UTF-16 units.
  */
 export function passwordProblems(password: string, normalisedEmail: string, field = 'password'): ErrorDetail[] {
@@ -73,6 +90,9 @@ export function passwordProblems(password: string, normalisedEmail: string, fiel
   if (length > PASSWORD_MAX) return [{ field, message: `must be at most ${PASSWORD_MAX} characters` }]
   if (password.trim().normalize('NFC').toLowerCase() === normalisedEmail) {
     return [{ field, message: 'must not be the e-mail address' }]
+  }
+  if (isCommonPassword(password)) {
+    return [{ field, message: 'is one of the most common passwords (seen in password leaks); choose another' }]
   }
   return []
 }

@@ -75,6 +75,7 @@ for (const engine of ENGINES) {
         ['password of 7 characters', { email: 'a@example.com', password: 'abcdefg', full_name: 'X' }, 'password'],
         ['password of 129 code points', { email: 'a@example.com', password: '😀'.repeat(129), full_name: 'X' }, 'password'],
         ['password equal to the address', { email: 'Same@Example.com', password: 'same@example.com', full_name: 'X' }, 'password'],
+        ['a common password', { email: 'a@example.com', password: 'Password1', full_name: 'X' }, 'password'],
         ['blank full_name', { email: 'a@example.com', password: PASSWORD, full_name: '   ' }, 'full_name'],
         ['full_name over 100 characters', { email: 'a@example.com', password: PASSWORD, full_name: 'n'.repeat(101) }, 'full_name'],
         ['full_name with a control character', { email: 'a@example.com', password: PASSWORD, full_name: 'Ann\u0007' }, 'full_name'],

@@ -35,6 +35,21 @@ describe('password policy', () => {
     assert.equal(passwordProblems('😀'.repeat(129), 'a@example.com').length, 1)
   })
 
+  test('refuses common passwords from the shipped list, in any case, and says why', () => {
+    for (const common of ['password', 'baseball', 'Baseball', 'QWERTYUIOP', '1qaz2wsx', 'iloveyou']) {
+      const problems = passwordProblems(common, 'a@example.com')
+      assert.equal(problems.length, 1, common)
+      assert.match(problems[0]!.message, /common/)
+    }
+    assert.deepEqual(passwordProblems('correct horse battery staple', 'a@example.com'), [])
+  })
+
+  test('the shipped blocklist holds at least 10,000 passwords', async () => {
+    const { readFileSync } = await import('node:fs')
+    const lines = readFileSync(new URL('../../assets/common-passwords.txt', import.meta.url), 'utf8').split('\n').filter(Boolean)
+    assert.ok(lines.length >= 10_000, String(lines.length))
+  })
+
   test('refuses the e-mail address itself in any case', () => {
     assert.match(passwordProblems('Ann@Example.com', 'ann@example.com')[0]!.message, /e-mail/)
   })
