@@ -6,7 +6,9 @@ import { LifecycleService } from './accounts/lifecycle.ts'
 import { protectedLifecycleRoutes, publicLifecycleRoutes } from './accounts/routes.ts'
 import { AccountService } from './accounts/service.ts'
 import { KeyStore } from './auth/keys.ts'
-import { createArgon2Hasher, isCommonPassword, type PasswordHasher } from './auth/passwords.ts'
+import { boundedHasher, createArgon2Hasher, isCommonPassword, type PasswordHasher } from './auth/passwords.ts'
+import { Limits } from './limits/limits.ts'
+import { MemoryStore, RedisStore } from './limits/store.ts'
 import { protectedAuthRoutes, publicAuthRoutes } from './auth/routes.ts'
 import { SessionGate, type SessionGateOptions } from './auth/revocation.ts'
 import { AuthService } from './auth/service.ts'
@@ -19,6 +21,7 @@ import { secrets } from './db/repositories.ts'
 import { protect } from './http/bearer.ts'
 import { installErrorHandling, sendError, toAppError } from './http/errors.ts'
 import { opsRoutes } from './http/ops.ts'
+import { installTransportSecurity } from './http/security.ts'
 import { installValidation } from './http/validation.ts'
 import { AppError } from './errors.ts'
 import { REDACT_PATHS } from './logger.ts'
@@ -49,6 +52,7 @@ export interface AppServices {
   watchlists: WatchlistService
   gate: SessionGate
   background: Background
+  limits: Limits
   clock: Clock
 }
 
@@ -107,7 +111,12 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     const background = new Background(app.log)
     const gate = new SessionGate(db, app.log, overrides.gate)
     gate.start()
-    const hasher = overrides.hasher ?? createArgon2Hasher()
+    const hasher = boundedHasher(overrides.hasher ?? createArgon2Hasher(), config.hashing)
+    const store = config.redisUrl
+      ? new RedisStore(config.redisUrl, (error) => app.log.warn({ err: { message: error.message } }, 'redis connection problem'))
+      : new MemoryStore(clock)
+    if (store instanceof RedisStore) await store.ready()
+    const limits = new Limits(store, clock, config.limits)
     const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock })
     const auth = new AuthService({
       db,
@@ -117,21 +126,23 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       mail,
       background,
       gate,
+      limits,
       logger: app.log,
       requireEmailVerification: config.requireEmailVerification,
       verifyEmailUrl: config.verifyEmailUrl,
     })
-    const lifecycle = new LifecycleService({ db, clock, hasher, tokens, gate, mail, background, resetPasswordUrl: config.resetPasswordUrl })
+    const lifecycle = new LifecycleService({ db, clock, hasher, tokens, gate, mail, background, limits, resetPasswordUrl: config.resetPasswordUrl })
     const accounts = new AccountService(db, clock, (changes) => gate.apply(changes))
     const cursorSecret = await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now())
     const watchlists = new WatchlistService(db, clock, new CursorCodec(cursorSecret))
-    app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, clock })
+    app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, limits, clock })
 
     app.addHook('onClose', async () => {
       keys.stop()
       await gate.stop()
       await background.drain()
       mail.close()
+      await store.close()
       if (!overrides.db) await db.close()
     })
   } catch (error) {
@@ -162,16 +173,17 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     )
   })
 
+  installTransportSecurity(app, { production: config.production, nativeTls: config.tls !== undefined, corsOrigins: config.corsOrigins })
   installValidation(app)
   installErrorHandling(app)
 
-  const { auth, lifecycle, db: database, keys, watchlists } = app.services
+  const { auth, lifecycle, db: database, keys, watchlists, limits } = app.services
   await app.register(opsRoutes, { db: database, keys })
   await app.register(
     async (api) => {
       await api.register(async (open) => {
-        await publicAuthRoutes(open, auth)
-        await publicLifecycleRoutes(open, lifecycle)
+        await publicAuthRoutes(open, auth, limits)
+        await publicLifecycleRoutes(open, lifecycle, limits)
       })
       await api.register(async (scope) => {
         protect(scope, auth)

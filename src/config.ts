@@ -25,8 +25,17 @@ const EnvSchema = Type.Object({
   TLS_CERT_FILE: Type.Optional(Type.String({ minLength: 1 })),
   TLS_KEY_FILE: Type.Optional(Type.String({ minLength: 1 })),
   TRUST_PROXY: Type.Optional(Type.String({ minLength: 1 })),
+  CORS_ORIGINS: Type.Optional(Type.String({ minLength: 1 })),
   VERIFY_EMAIL_URL: Type.Optional(Type.String({ pattern: '\\{token\\}' })),
   RESET_PASSWORD_URL: Type.Optional(Type.String({ pattern: '\\{token\\}' })),
+  RATE_LIMIT_LOGIN_PER_IP: Type.Integer({ minimum: 1, default: 60 }),
+  LOGIN_FREE_FAILURES: Type.Integer({ minimum: 1, maximum: 100, default: 10 }),
+  LOGIN_MAX_DELAY_SECONDS: Type.Integer({ minimum: 1, maximum: 86_400, default: 900 }),
+  RATE_LIMIT_REGISTER_PER_IP: Type.Integer({ minimum: 1, default: 20 }),
+  RATE_LIMIT_MAIL_PER_IP: Type.Integer({ minimum: 1, default: 20 }),
+  RATE_LIMIT_MAIL_PER_ADDRESS: Type.Integer({ minimum: 1, default: 5 }),
+  HASH_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
+  HASH_QUEUE: Type.Integer({ minimum: 0, maximum: 100_000, default: 64 }),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' },
@@ -65,7 +74,7 @@ function parseTrustProxy(value: string | undefined): string[] | undefined {
 function describe(variable: string, schema: unknown): string {
   const s = schema as { anyOf?: { const?: unknown }[]; type?: string; pattern?: string; minimum?: number; maximum?: number }
   if (s.anyOf) return `must be one of ${s.anyOf.map((v) => v.const).join(', ')}`
-  if (s.type === 'integer') return `must be a whole number from ${s.minimum} to ${s.maximum}`
+  if (s.type === 'integer') return s.maximum === undefined ? `must be a whole number of at least ${s.minimum}` : `must be a whole number from ${s.minimum} to ${s.maximum}`
   if (s.type === 'boolean') return 'must be true or false'
   if (variable.endsWith('_URL') && s.pattern) return `must be a URL matching ${s.pattern}`
   if (s.pattern) return `must match ${s.pattern}`
@@ -80,7 +89,7 @@ function parseEnv(source: Record<string, string | undefined>): Env {
     if (key === 'REQUIRE_EMAIL_VERIFICATION') {
       // Only the two spellings; "yes", "0" or a typo must not silently mean either.
       raw[key] = value === 'true' ? true : value === 'false' ? false : value
-    } else if (key === 'PORT') {
+    } else if ((EnvSchema.properties[key as keyof typeof EnvSchema.properties] as { type?: string }).type === 'integer') {
       raw[key] = /^\d+$/.test(value) ? Number(value) : value
     } else {
       raw[key] = value
@@ -93,6 +102,17 @@ function parseEnv(source: Record<string, string | undefined>): Env {
     if (!Value.Check(propertySchema, withDefaults[key])) throw new ConfigError(key, describe(key, propertySchema))
   }
   return withDefaults as Env
+}
+
+const ORIGIN = /^https?:\/\/[A-Za-z0-9.-]+(:\d{1,5})?$/
+
+function parseOrigins(value: string | undefined): string[] {
+  if (value === undefined) return []
+  const origins = value.split(',').map((origin) => origin.trim()).filter(Boolean)
+  for (const origin of origins) {
+    if (!ORIGIN.test(origin)) throw new ConfigError('CORS_ORIGINS', `has "${origin}", which is not an origin like https://app.example.com`)
+  }
+  return origins
 }
 
 export function loadConfig(source: Record<string, string | undefined> = process.env) {
@@ -137,9 +157,19 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     publicUrl,
     tls,
     trustProxy,
+    corsOrigins: parseOrigins(env.CORS_ORIGINS),
     verifyEmailUrl: env.VERIFY_EMAIL_URL ?? `${publicUrl}/verify-email?token={token}`,
     resetPasswordUrl: env.RESET_PASSWORD_URL ?? `${publicUrl}/reset-password?token={token}`,
     logLevel: env.LOG_LEVEL,
+    limits: {
+      loginPerIpPerMinute: env.RATE_LIMIT_LOGIN_PER_IP,
+      loginFreeFailures: env.LOGIN_FREE_FAILURES,
+      loginMaxDelaySeconds: env.LOGIN_MAX_DELAY_SECONDS,
+      registerPerIpPerHour: env.RATE_LIMIT_REGISTER_PER_IP,
+      mailPerIpPerHour: env.RATE_LIMIT_MAIL_PER_IP,
+      mailPerAddressPerHour: env.RATE_LIMIT_MAIL_PER_ADDRESS,
+    },
+    hashing: { concurrency: env.HASH_CONCURRENCY, queue: env.HASH_QUEUE },
     /** The `iss` of every token this service signs. */
     issuer: publicUrl,
     /** The `aud` of access tokens: the API they are meant for (RFC 9068). */

@@ -17,6 +17,7 @@ export type AuditType =
   | 'email.verified'
   | 'login.succeeded'
   | 'login.failed'
+  | 'login.throttled'
   | 'token.refreshed'
   | 'logout'
   | 'logout.all'

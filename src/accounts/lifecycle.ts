@@ -1,4 +1,5 @@
 import type { Background } from '../background.ts'
+import type { Limits } from '../limits/limits.ts'
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import { oneTimeTokens, sessions, users } from '../db/repositories.ts'
@@ -22,6 +23,7 @@ export interface LifecycleDeps {
   gate: SessionGate
   mail: MailTransport
   background: Background
+  limits: Limits
   resetPasswordUrl: string
 }
 
@@ -105,6 +107,7 @@ export class LifecycleService {
     const issue = emailProblem(email)
     if (issue) throwIfProblems([{ field: 'email', message: issue }])
     this.deps.background.run('password reset mail', async () => {
+      if (!(await this.deps.limits.mailAllowed(email))) return
       const user = await users.findByEmail(this.db, email)
       if (!user) return
       const now = this.deps.clock.now()

@@ -3,6 +3,8 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AUTH_BODY_LIMIT, Email, Jwt, OneTimeToken, Password, requestContext } from '../auth/routes.ts'
 import { principalOf } from '../http/bearer.ts'
+import { limitByIp } from '../http/ratelimit.ts'
+import type { Limits } from '../limits/limits.ts'
 import { Body, Envelope, ok } from '../http/schemas.ts'
 import type { LifecycleService } from './lifecycle.ts'
 
@@ -10,7 +12,7 @@ const tags = ['sessions']
 const security = [{ bearer: [] }]
 const Revoked = Envelope(Type.Object({ revoked: Type.Integer({ description: 'How many sessions this call revoked' }) }))
 
-export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService): Promise<void> {
+export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, limits: Limits): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const common = { bodyLimit: AUTH_BODY_LIMIT }
 
@@ -24,6 +26,7 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
 
   app.post('/auth/forgot-password', {
     ...common,
+    onRequest: limitByIp(limits, 'mail'),
     schema: { tags: ['password'], operationId: 'forgotPassword', body: Body({ email: Email }), response: { 202: Envelope(Type.Object({})) } },
   }, async (request, reply) => {
     lifecycle.forgotPassword(request.body.email, requestContext(request))

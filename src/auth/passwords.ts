@@ -101,3 +101,37 @@ export function assertPasswordAcceptable(password: string, normalisedEmail: stri
   const details = passwordProblems(password, normalisedEmail, field)
   if (details.length > 0) throw new AppError('VALIDATION_ERROR', { details })
 }
+
+/**
+ * Caps how many hashes run at once and how many wait. Argon2 runs on libuv's thread pool, which
+ * WebCrypto (token verification) and file I/O share; leaving threads free keeps bearer-token
+ * requests fast during a login flood. When the queue is full the request is refused at once with
+ * 503 and Retry-After instead of waiting without bound, so a flood cannot grow memory either.
+ */
+export function boundedHasher(inner: PasswordHasher, limits: { concurrency: number; queue: number }): PasswordHasher {
+  let running = 0
+  const waiting: (() => void)[] = []
+
+  async function slot<T>(work: () => Promise<T>): Promise<T> {
+    if (running >= limits.concurrency) {
+      if (waiting.length >= limits.queue) throw new AppError('SERVICE_UNAVAILABLE', { headers: { 'retry-after': '1' } })
+      await new Promise<void>((resolve) => waiting.push(resolve))
+    } else {
+      running++
+    }
+    try {
+      return await work()
+    } finally {
+      const next = waiting.shift()
+      if (next) next()
+      else running--
+    }
+  }
+
+  return {
+    hash: (password) => slot(() => inner.hash(password)),
+    verify: (passwordHash, password) => slot(() => inner.verify(passwordHash, password)),
+    verifyDummy: (password) => slot(() => inner.verifyDummy(password)),
+    needsRehash: (passwordHash) => inner.needsRehash(passwordHash),
+  }
+}

@@ -2,6 +2,8 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { principalOf } from '../http/bearer.ts'
+import { limitByIp } from '../http/ratelimit.ts'
+import type { Limits } from '../limits/limits.ts'
 import { Body, Envelope, ok } from '../http/schemas.ts'
 import type { RequestContext } from '../accounts/audit.ts'
 import type { AuthService } from './service.ts'
@@ -30,12 +32,13 @@ export function requestContext(request: FastifyRequest): RequestContext {
   return { ip: request.ip, userAgent: typeof agent === 'string' ? agent : null, requestId: request.id }
 }
 
-export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthService): Promise<void> {
+export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthService, limits: Limits): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const common = { bodyLimit: AUTH_BODY_LIMIT }
 
   app.post('/auth/register', {
     ...common,
+    onRequest: limitByIp(limits, 'register'),
     schema: {
       tags: ['auth'],
       operationId: 'register',
@@ -67,6 +70,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
 
   app.post('/auth/resend-verification', {
     ...common,
+    onRequest: limitByIp(limits, 'mail'),
     schema: {
       tags: ['auth'],
       operationId: 'resendVerification',
@@ -80,6 +84,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
 
   app.post('/auth/login', {
     ...common,
+    onRequest: limitByIp(limits, 'login'),
     schema: {
       tags: ['auth'],
       operationId: 'login',

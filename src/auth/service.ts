@@ -7,6 +7,7 @@ import type { Logger } from '../logger.ts'
 import { recordEvent, type RequestContext } from '../accounts/audit.ts'
 import type { Background } from '../background.ts'
 import { verificationMail, type MailTransport } from '../mail/index.ts'
+import type { Limits } from '../limits/limits.ts'
 import type { SessionGate } from './revocation.ts'
 import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from './input.ts'
 import { passwordProblems, type PasswordHasher } from './passwords.ts'
@@ -27,6 +28,7 @@ export interface AuthServiceDeps {
   mail: MailTransport
   background: Background
   gate: SessionGate
+  limits: Limits
   logger: Logger
   requireEmailVerification: boolean
   verifyEmailUrl: string
@@ -131,6 +133,8 @@ export class AuthService {
   }
 
   private async resendNow(email: string): Promise<void> {
+    // Counted for every address, known or not, so the limit itself reveals nothing.
+    if (!(await this.deps.limits.mailAllowed(email))) return
     const user = await users.findByEmail(this.db, email)
     if (!user || user.email_verified_at !== null || user.status !== 'active') return
     const now = this.deps.clock.now()
@@ -150,19 +154,32 @@ export class AuthService {
 
   async login(input: { email: string; password: string }, context: RequestContext) {
     const email = normaliseEmail(input.email)
+    // Throttled before any work: the answer (and its cost) is the same for every address.
+    try {
+      await this.deps.limits.assertLoginAllowed(email)
+    } catch (error) {
+      this.deps.background.run('throttle audit', async () => {
+        const throttled = await users.findByEmail(this.db, email)
+        await recordEvent(this.db, this.deps.clock, { type: 'login.throttled', userId: throttled?.id ?? null, reason: 'account_delay', context })
+      })
+      throw error
+    }
     const user = emailProblem(email) ? null : await users.findByEmail(this.db, email)
 
     // Password first, whatever the account's state: a wrong password must look exactly like an
     // unknown address (same body, same work), so login never reveals which addresses exist.
     if (!user) {
       await this.deps.hasher.verifyDummy(input.password)
+      await this.deps.limits.loginFailed(email)
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', reason: 'unknown_email', context })
       throw new AppError('INVALID_CREDENTIALS')
     }
     if (!(await this.deps.hasher.verify(user.password_hash, input.password))) {
+      await this.deps.limits.loginFailed(email)
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'wrong_password', context })
       throw new AppError('INVALID_CREDENTIALS')
     }
+    await this.deps.limits.loginSucceeded(email)
     // Only the owner of the password learns the account's state.
     try {
       this.assertUsable(user)

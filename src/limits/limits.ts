@@ -1,0 +1,133 @@
+import { createHash } from 'node:crypto'
+import type { Clock } from '../clock.ts'
+import { AppError } from '../errors.ts'
+import type { CounterStore } from './store.ts'
+
+export interface LimitSettings {
+  loginPerIpPerMinute: number
+  loginFreeFailures: number
+  loginMaxDelaySeconds: number
+  registerPerIpPerHour: number
+  mailPerIpPerHour: number
+  mailPerAddressPerHour: number
+}
+
+export type IpRule = 'login' | 'register' | 'mail'
+
+const MINUTE = 60_000
+const HOUR = 3_600_000
+const FAILURE_MEMORY_MS = 24 * HOUR
+
+export interface LimitState {
+  limit: number
+  remaining: number
+  resetSeconds: number
+}
+
+/** RateLimit-* (draft-ietf-httpapi-ratelimit-headers) and, when refused, Retry-After. */
+export function limitHeaders(state: LimitState, retryAfterSeconds?: number): Record<string, string> {
+  const headers: Record<string, string> = {
+    'ratelimit-limit': String(state.limit),
+    'ratelimit-remaining': String(Math.max(0, state.remaining)),
+    'ratelimit-reset': String(state.resetSeconds),
+  }
+  if (retryAfterSeconds !== undefined) headers['retry-after'] = String(retryAfterSeconds)
+  return headers
+}
+
+function rateLimited(state: LimitState, retryAfterSeconds: number): AppError {
+  return new AppError('RATE_LIMITED', { headers: limitHeaders(state, retryAfterSeconds) })
+}
+
+/** Addresses never reach the counter store in the clear (it may be a shared Redis). */
+function addressKey(email: string): string {
+  return createHash('sha256').update(email).digest('base64url').slice(0, 32)
+}
+
+/**
+ * The abuse limits of API.md: per client IP on the anonymous routes, per target address on the
+ * mail-sending routes, and a progressive delay per account on login.
+ */
+export class Limits {
+  constructor(
+    private readonly store: CounterStore,
+    private readonly clock: Clock,
+    private readonly settings: LimitSettings,
+  ) {}
+
+  private rule(rule: IpRule): { limit: number; windowMs: number } {
+    switch (rule) {
+      case 'login':
+        return { limit: this.settings.loginPerIpPerMinute, windowMs: MINUTE }
+      case 'register':
+        return { limit: this.settings.registerPerIpPerHour, windowMs: HOUR }
+      case 'mail':
+        return { limit: this.settings.mailPerIpPerHour, windowMs: HOUR }
+    }
+  }
+
+  /** Fixed windows named by their start, so every instance sharing a store counts in the same one. */
+  private async count(name: string, limit: number, windowMs: number): Promise<{ allowed: boolean; state: LimitState }> {
+    const now = this.clock.now()
+    const window = Math.floor(now / windowMs)
+    const count = await this.store.increment(`${name}:${window}`, windowMs * 2)
+    const resetSeconds = Math.max(1, Math.ceil(((window + 1) * windowMs - now) / 1000))
+    return { allowed: count <= limit, state: { limit, remaining: limit - count, resetSeconds } }
+  }
+
+  /** Counts one request from `ip`; over the limit throws RATE_LIMITED. Returns the headers to send. */
+  async perIp(rule: IpRule, ip: string): Promise<Record<string, string>> {
+    const { limit, windowMs } = this.rule(rule)
+    const { allowed, state } = await this.count(`ip:${rule}:${ip}`, limit, windowMs)
+    if (!allowed) throw rateLimited(state, state.resetSeconds)
+    return limitHeaders(state)
+  }
+
+  /**
+   * Whether another mail may go to this address this hour. Over the limit nothing is sent, but the
+   * answer does not change, so the limit cannot be used to learn which addresses have accounts.
+   */
+  async mailAllowed(email: string): Promise<boolean> {
+    return (await this.count(`mail:${addressKey(email)}`, this.settings.mailPerAddressPerHour, HOUR)).allowed
+  }
+
+  private loginKeys(email: string) {
+    const key = addressKey(email)
+    return { failures: `login:failures:${key}`, last: `login:last:${key}` }
+  }
+
+  /** How long an address must still wait, in ms, after `failures` consecutive failures. */
+  delayAfter(failures: number): number {
+    const over = failures - this.settings.loginFreeFailures
+    if (over < 0) return 0
+    return Math.min(1000 * 2 ** Math.min(over, 30), this.settings.loginMaxDelaySeconds * 1000)
+  }
+
+  /**
+   * Per-account throttle, keyed by the address whether or not an account has it, so the answer is
+   * the same for both. The delay grows with consecutive failures and is capped: the owner can
+   * always try again after at most the maximum delay, so nobody can lock an account for good.
+   */
+  async assertLoginAllowed(email: string): Promise<void> {
+    const keys = this.loginKeys(email)
+    const [failures, last] = await Promise.all([this.store.get(keys.failures), this.store.get(keys.last)])
+    const count = Number(failures ?? 0)
+    if (count < this.settings.loginFreeFailures || last === null) return
+    const waitMs = Number(last) + this.delayAfter(count) - this.clock.now()
+    if (waitMs > 0) {
+      const seconds = Math.ceil(waitMs / 1000)
+      throw rateLimited({ limit: this.settings.loginFreeFailures, remaining: 0, resetSeconds: seconds }, seconds)
+    }
+  }
+
+  async loginFailed(email: string): Promise<void> {
+    const keys = this.loginKeys(email)
+    await this.store.increment(keys.failures, FAILURE_MEMORY_MS)
+    await this.store.set(keys.last, String(this.clock.now()), FAILURE_MEMORY_MS)
+  }
+
+  async loginSucceeded(email: string): Promise<void> {
+    const keys = this.loginKeys(email)
+    await this.store.delete(keys.failures, keys.last)
+  }
+}
