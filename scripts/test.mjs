@@ -1,8 +1,9 @@
 // The test command. Runs every test file with node's test runner on both engines.
 // PostgreSQL: DATABASE_URL when given (CI starts one); otherwise a throwaway cluster started here
-// from the local PostgreSQL binaries. If neither works the run fails: no test is silently skipped.
+// from the local PostgreSQL binaries. Redis likewise: REDIS_URL, or a throwaway redis-server.
+// If neither works the run fails: no test is silently skipped.
 import { spawn, spawnSync } from 'node:child_process'
-import { mkdtempSync, readdirSync, statSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, statSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -48,9 +49,24 @@ if (!env.DATABASE_URL) {
   cluster = dir
 }
 
+let redis
+if (!env.REDIS_URL) {
+  const binary = ['/usr/bin/redis-server', '/usr/local/bin/redis-server'].find((candidate) => existsSync(candidate))
+  if (!binary) {
+    process.stderr.write('test: redis-server is needed for the shared-limit tests. Set REDIS_URL or install it (apt-get install redis-server).\n')
+    if (cluster) spawnSync(path.join(root, 'scripts/pg-throwaway.sh'), ['stop', cluster])
+    process.exit(1)
+  }
+  const port = String(await freePort())
+  redis = spawn(binary, ['--port', port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'], { stdio: 'ignore' })
+  env.REDIS_URL = `redis://127.0.0.1:${port}`
+}
+
 const stop = () => {
   if (cluster) spawnSync(path.join(root, 'scripts/pg-throwaway.sh'), ['stop', cluster])
   cluster = undefined
+  redis?.kill()
+  redis = undefined
 }
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => { stop(); process.exit(130) })
 

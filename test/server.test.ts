@@ -53,9 +53,11 @@ describe('server process', () => {
       assert.equal(me.status, 200)
       assert.equal((await post('/auth/refresh', { refresh_token: login.data.refresh_token })).status, 200)
 
-      // Requests in flight when SIGTERM arrives still get their answers (argon2 keeps them busy).
-      const inFlight = Array.from({ length: 8 }, (_, i) => post('/auth/register', { email: `late${i}@example.com`, password, full_name: 'Late' }))
-      await new Promise((r) => setTimeout(r, 20))
+      // Requests in flight when SIGTERM arrives still get their answers. Sixteen registrations queue
+      // behind two argon2 slots (about 20 ms each), so many are still being worked on when the
+      // signal lands 100 ms later, by which time all of them have reached the server.
+      const inFlight = Array.from({ length: 16 }, (_, i) => post('/auth/register', { email: `late${i}@example.com`, password, full_name: 'Late' }))
+      await new Promise((r) => setTimeout(r, 100))
       child.kill('SIGTERM')
       const answers = await Promise.all(inFlight.map((p) => p.then(async (r) => ({ status: r.status, body: await r.text() }), () => ({ status: 0, body: '' }))))
       const statuses = answers.map((a) => a.status)

@@ -1,0 +1,74 @@
+import assert from 'node:assert/strict'
+import { describe, test } from 'node:test'
+import { registerVerifyLogin, startTestApp } from '../helpers/app.ts'
+
+const PRODUCTION = { NODE_ENV: 'production', TRUST_PROXY: '127.0.0.1', PUBLIC_URL: 'https://auth.example.com' }
+
+describe('security: headers and transport', () => {
+  test('every answer carries nosniff, frame DENY, no referrer, a deny-all CSP and no-store; no HSTS in development', async () => {
+    const t = await startTestApp('sqlite')
+    try {
+      const user = await registerVerifyLogin(t)
+      for (const response of [await t.get('/auth/me', user.access_token), await t.get('/nowhere'), await t.get('/auth/me'), await t.post('/auth/login', { email: user.email, password: 'wrong password!' })]) {
+        assert.equal(response.headers['x-content-type-options'], 'nosniff')
+        assert.equal(response.headers['x-frame-options'], 'DENY')
+        assert.equal(response.headers['referrer-policy'], 'no-referrer')
+        assert.match(String(response.headers['content-security-policy']), /default-src 'none'/)
+        assert.equal(response.headers['cache-control'], 'no-store')
+        assert.equal(response.headers['strict-transport-security'], undefined)
+      }
+    } finally {
+      await t.close()
+    }
+  })
+
+  test('production behind a trusted proxy: HSTS, and anything that did not arrive over https is HTTPS_REQUIRED', async () => {
+    const t = await startTestApp('sqlite', { env: PRODUCTION })
+    try {
+      const viaProxy = (proto: string | undefined, remoteAddress = '127.0.0.1') =>
+        t.app.inject({ method: 'GET', url: `${t.base}/auth/me`, remoteAddress, headers: proto ? { 'x-forwarded-proto': proto } : {} })
+      const secure = await viaProxy('https')
+      assert.equal(secure.json().error.code, 'AUTH_REQUIRED')
+      assert.match(String(secure.headers['strict-transport-security']), /max-age=31536000/)
+      for (const response of [await viaProxy(undefined), await viaProxy('http'), await viaProxy('https', '192.0.2.7')]) {
+        assert.equal(response.statusCode, 403)
+        assert.equal(response.json().error.code, 'HTTPS_REQUIRED')
+      }
+      const probe = await t.app.inject({ method: 'GET', url: '/healthz' })
+      assert.equal(probe.statusCode, 200)
+    } finally {
+      await t.close()
+    }
+  })
+
+  test('CORS is off by default: no allow-origin header, and OPTIONS is not a route', async () => {
+    const t = await startTestApp('sqlite')
+    try {
+      const response = await t.app.inject({ method: 'GET', url: '/healthz', headers: { origin: 'https://evil.example' } })
+      assert.equal(response.headers['access-control-allow-origin'], undefined)
+      const preflight = await t.app.inject({ method: 'OPTIONS', url: `${t.base}/auth/login`, headers: { origin: 'https://evil.example', 'access-control-request-method': 'POST' } })
+      assert.equal(preflight.statusCode, 405)
+      assert.equal(preflight.headers['access-control-allow-origin'], undefined)
+    } finally {
+      await t.close()
+    }
+  })
+
+  test('CORS_ORIGINS allows exactly the listed origins, without credentials', async () => {
+    const t = await startTestApp('sqlite', { env: { CORS_ORIGINS: 'https://app.example.com, http://localhost:5173' } })
+    try {
+      const allowed = await t.app.inject({ method: 'GET', url: '/healthz', headers: { origin: 'https://app.example.com' } })
+      assert.equal(allowed.headers['access-control-allow-origin'], 'https://app.example.com')
+      assert.equal(allowed.headers['access-control-allow-credentials'], undefined)
+      assert.match(String(allowed.headers.vary), /Origin/)
+      const other = await t.app.inject({ method: 'GET', url: '/healthz', headers: { origin: 'https://app.example.com.evil.example' } })
+      assert.equal(other.headers['access-control-allow-origin'], undefined)
+      const preflight = await t.app.inject({ method: 'OPTIONS', url: `${t.base}/auth/login`, headers: { origin: 'http://localhost:5173', 'access-control-request-method': 'POST' } })
+      assert.equal(preflight.statusCode, 204)
+      assert.equal(preflight.headers['access-control-allow-origin'], 'http://localhost:5173')
+      assert.match(String(preflight.headers['access-control-allow-headers']), /authorization/)
+    } finally {
+      await t.close()
+    }
+  })
+})
