@@ -72,3 +72,37 @@ describe('security: headers and transport', () => {
     }
   })
 })
+
+describe('security: native TLS', () => {
+  test('with TLS_CERT_FILE and TLS_KEY_FILE the service speaks HTTPS and sends HSTS in production', async () => {
+    const { mkdtempSync, rmSync } = await import('node:fs')
+    const { tmpdir } = await import('node:os')
+    const path = await import('node:path')
+    const { execFileSync } = await import('node:child_process')
+    const https = await import('node:https')
+    const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-tls-'))
+    const cert = path.join(dir, 'cert.pem')
+    const key = path.join(dir, 'key.pem')
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'ed25519', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-keyout', key, '-out', cert], { stdio: 'ignore' })
+    const t = await startTestApp('sqlite', { env: { NODE_ENV: 'production', TLS_CERT_FILE: cert, TLS_KEY_FILE: key, PUBLIC_URL: 'https://localhost' } })
+    try {
+      await t.app.listen({ port: 0, host: '127.0.0.1' })
+      const port = (t.app.server.address() as { port: number }).port
+      const answer = await new Promise<{ status: number; hsts: string | undefined; body: string }>((resolve, reject) => {
+        https
+          .get({ host: '127.0.0.1', port, path: `${t.base}/auth/me`, rejectUnauthorized: false }, (response) => {
+            let body = ''
+            response.on('data', (chunk) => (body += chunk))
+            response.on('end', () => resolve({ status: response.statusCode ?? 0, hsts: response.headers['strict-transport-security'] as string | undefined, body }))
+          })
+          .on('error', reject)
+      })
+      assert.equal(answer.status, 401)
+      assert.equal(JSON.parse(answer.body).error.code, 'AUTH_REQUIRED')
+      assert.match(String(answer.hsts), /max-age=31536000/)
+    } finally {
+      await t.close()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})
