@@ -11,3 +11,10 @@ export function cleanLabel(raw: string, max: number): { value: string; problem: 
   if (CONTROL.test(value)) return { value, problem: 'must not contain control characters' }
   return { value, problem: null }
 }
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+/** A canonical UUID; ids from paths and tokens are checked with this before reaching storage. */
+export function isUuid(value: string): boolean {
+  return UUID.test(value)
+}

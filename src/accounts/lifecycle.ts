@@ -10,10 +10,10 @@ import { publishChanges, type SessionGate } from '../auth/revocation.ts'
 import { hashOneTimeToken, newOneTimeToken, type Principal } from '../auth/service.ts'
 import type { TokenService } from '../auth/tokens.ts'
 import { passwordResetMail, type MailTransport } from '../mail/index.ts'
+import { isUuid } from '../text.ts'
 import { recordEvent, type AuditType, type RequestContext } from './audit.ts'
 
 export const RESET_TTL_MS = 3600 * 1000
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 export interface LifecycleDeps {
   db: Db
@@ -92,7 +92,7 @@ export class LifecycleService {
 
   /** Only the caller's own sessions; anyone else's, or none at all, is NOT_FOUND. Idempotent. */
   async revokeSession(principal: Principal, sessionId: string, context: RequestContext): Promise<void> {
-    if (!UUID.test(sessionId)) throw new AppError('NOT_FOUND')
+    if (!isUuid(sessionId)) throw new AppError('NOT_FOUND')
     const session = await sessions.findOwned(this.db, principal.userId, sessionId)
     if (!session) throw new AppError('NOT_FOUND')
     await this.revokeSessions(principal.userId, { only: sessionId }, { type: 'session.revoked', context })

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { compactVerify, SignJWT, type JWSHeaderParameters } from 'jose'
 import type { Clock } from '../clock.ts'
+import { isUuid } from '../text.ts'
 import { SIGNING_ALG, type KeyStore } from './keys.ts'
 
 export const ACCESS_TTL_SECONDS = 900
@@ -16,7 +17,6 @@ export const CLIENT_ID = 'portcullis'
 
 const MAX_TOKEN_LENGTH = 4096
 const MAX_KID_LENGTH = 128
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 export interface TokenClaims {
   sub: string
@@ -111,8 +111,8 @@ export class TokenService {
     const shapesOk =
       iss === this.options.issuer &&
       audienceOk &&
-      typeof sub === 'string' && UUID.test(sub) &&
-      typeof sid === 'string' && UUID.test(sid) &&
+      typeof sub === 'string' && isUuid(sub) &&
+      typeof sid === 'string' && isUuid(sid) &&
       typeof jti === 'string' && jti.length > 0 &&
       Number.isSafeInteger(iat) &&
       Number.isSafeInteger(exp) &&

@@ -3,11 +3,10 @@ import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import { watchlists, type WatchlistRow } from '../db/repositories.ts'
 import { AppError, type ErrorDetail } from '../errors.ts'
-import { cleanLabel } from '../text.ts'
+import { cleanLabel, isUuid } from '../text.ts'
+import { throwIfProblems } from '../auth/input.ts'
 import type { CursorCodec } from './cursor.ts'
 import { LISTS_MAX, NAME_MAX, SYMBOL_PATTERN, SYMBOLS_MAX } from './schemas.ts'
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 export interface WatchlistView {
   id: string
@@ -50,10 +49,6 @@ function cleanName(raw: string, details: ErrorDetail[]): string {
   return name.value
 }
 
-function throwIfAny(details: ErrorDetail[]): void {
-  if (details.length > 0) throw new AppError('VALIDATION_ERROR', { details })
-}
-
 /**
  * Watchlists of one owner: the owner is always the caller's token subject, never the body. Another
  * user's list is indistinguishable from a missing one (NOT_FOUND), on every verb.
@@ -70,7 +65,7 @@ export class WatchlistService {
   }
 
   private static assertId(id: string): void {
-    if (!UUID.test(id)) throw new AppError('NOT_FOUND')
+    if (!isUuid(id)) throw new AppError('NOT_FOUND')
   }
 
   async list(userId: string, query: { limit?: number; cursor?: string }) {
@@ -95,7 +90,7 @@ export class WatchlistService {
     const details: ErrorDetail[] = []
     const name = cleanName(input.name, details)
     const symbols = cleanSymbols(input.symbols ?? [], 'symbols', details)
-    throwIfAny(details)
+    throwIfProblems(details)
     const now = this.clock.now()
     const row = await this.kysely.transaction().execute(async (trx) => {
       // Serialises this user's creations, so two racing requests cannot both pass the limit.
@@ -133,7 +128,7 @@ export class WatchlistService {
     const changes: { name?: string; symbols?: string } = {}
     if (input.name !== undefined) changes.name = cleanName(input.name, details)
     if (input.symbols !== undefined) changes.symbols = JSON.stringify(cleanSymbols(input.symbols, 'symbols', details))
-    throwIfAny(details)
+    throwIfProblems(details)
     const row = await watchlists.update(this.kysely, userId, id, changes, this.clock.now())
     if (!row) throw new AppError('NOT_FOUND')
     return view(row)
