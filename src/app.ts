@@ -1,6 +1,8 @@
 import { randomBytes, randomUUID } from 'node:crypto'
 import path from 'node:path'
 import type { Writable } from 'node:stream'
+import swagger from '@fastify/swagger'
+import swaggerUi from '@fastify/swagger-ui'
 import Fastify, { LogController, type FastifyInstance } from 'fastify'
 import { LifecycleService } from './accounts/lifecycle.ts'
 import { protectedLifecycleRoutes, publicLifecycleRoutes } from './accounts/routes.ts'
@@ -20,6 +22,7 @@ import { migrate, openDatabase, type Db } from './db/index.ts'
 import { secrets } from './db/repositories.ts'
 import { protect } from './http/bearer.ts'
 import { installErrorHandling, sendError, toAppError } from './http/errors.ts'
+import { Metrics } from './http/metrics.ts'
 import { opsRoutes } from './http/ops.ts'
 import { installTransportSecurity } from './http/security.ts'
 import { installValidation } from './http/validation.ts'
@@ -53,6 +56,7 @@ export interface AppServices {
   gate: SessionGate
   background: Background
   limits: Limits
+  metrics: Metrics
   clock: Clock
 }
 
@@ -63,6 +67,7 @@ declare module 'fastify' {
 }
 
 const DEFAULT_BODY_LIMIT = 64 * 1024
+const API_VERSION = '1.0.0'
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/
 
 /** Builds the whole service in-process: no listening and no process.* here (see server.ts). */
@@ -135,7 +140,11 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     const accounts = new AccountService(db, clock, (changes) => gate.apply(changes))
     const cursorSecret = await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now())
     const watchlists = new WatchlistService(db, clock, new CursorCodec(cursorSecret))
-    app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, limits, clock })
+    const metrics = new Metrics()
+    metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
+    metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
+    metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
+    app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, limits, metrics, clock })
 
     app.addHook('onClose', async () => {
       keys.stop()
@@ -173,12 +182,26 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     )
   })
 
+  app.services.metrics.install(app)
   installTransportSecurity(app, { production: config.production, nativeTls: config.tls !== undefined, corsOrigins: config.corsOrigins })
   installValidation(app)
   installErrorHandling(app)
 
+  // Registered before the routes so it sees every schema: the document is generated from the same
+  // schemas that validate requests and serialise answers.
+  await app.register(swagger, {
+    hideUntagged: true,
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: 'Portcullis', version: API_VERSION, description: 'Authentication service: register, verify, log in, refresh, bearer auth; sessions; watchlists.' },
+      servers: [{ url: config.publicUrl }],
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } } },
+    },
+  })
+  await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: true, uiConfig: { url: '/openapi.json' } })
+
   const { auth, lifecycle, db: database, keys, watchlists, limits } = app.services
-  await app.register(opsRoutes, { db: database, keys })
+  await app.register(opsRoutes, { db: database, keys, metrics: app.services.metrics })
   await app.register(
     async (api) => {
       await api.register(async (open) => {

@@ -108,7 +108,7 @@ export function assertPasswordAcceptable(password: string, normalisedEmail: stri
  * requests fast during a login flood. When the queue is full the request is refused at once with
  * 503 and Retry-After instead of waiting without bound, so a flood cannot grow memory either.
  */
-export function boundedHasher(inner: PasswordHasher, limits: { concurrency: number; queue: number }): PasswordHasher {
+export function boundedHasher(inner: PasswordHasher, limits: { concurrency: number; queue: number }): PasswordHasher & { waiting(): number } {
   let running = 0
   const waiting: (() => void)[] = []
 
@@ -133,5 +133,6 @@ export function boundedHasher(inner: PasswordHasher, limits: { concurrency: numb
     verify: (passwordHash, password) => slot(() => inner.verify(passwordHash, password)),
     verifyDummy: (password) => slot(() => inner.verifyDummy(password)),
     needsRehash: (passwordHash) => inner.needsRehash(passwordHash),
+    waiting: () => waiting.length,
   }
 }

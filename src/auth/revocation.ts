@@ -77,6 +77,11 @@ export class SessionGate {
     this.maxEntries = options.maxEntries ?? 200_000
   }
 
+  /** Entries held in memory, for /metrics. */
+  size(): { sessions: number; accounts: number } {
+    return { sessions: this.sessions.size, accounts: this.accounts.size }
+  }
+
   start(): void {
     this.timer = setInterval(() => void this.poll(), this.pollMs)
     this.timer.unref()

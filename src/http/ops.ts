@@ -2,11 +2,12 @@ import '@fastify/swagger'
 import type { FastifyInstance } from 'fastify'
 import type { KeyStore } from '../auth/keys.ts'
 import type { Db } from '../db/index.ts'
+import type { Metrics } from './metrics.ts'
 import { AppError } from '../errors.ts'
 import { ok } from './schemas.ts'
 
 /** Health, readiness and the public keys; outside the versioned base path. */
-export async function opsRoutes(app: FastifyInstance, deps: { db: Db; keys: KeyStore }): Promise<void> {
+export async function opsRoutes(app: FastifyInstance, deps: { db: Db; keys: KeyStore; metrics: Metrics }): Promise<void> {
   app.get('/healthz', { schema: { tags: ['operations'], operationId: 'health' } }, async () => ok({ status: 'ok' }))
 
   app.get('/readyz', { schema: { tags: ['operations'], operationId: 'ready' } }, async () => {
@@ -17,6 +18,13 @@ export async function opsRoutes(app: FastifyInstance, deps: { db: Db; keys: KeyS
     }
     return ok({ status: 'ready' })
   })
+
+  // Aggregate counts only; still, serve it to the monitoring network, not the internet (see docs).
+  app.get('/metrics', { schema: { tags: ['operations'], operationId: 'metrics' } }, async (_request, reply) =>
+    reply.type('text/plain; version=0.0.4; charset=utf-8').send(deps.metrics.render()),
+  )
+
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
 
   app.get('/.well-known/jwks.json', { schema: { tags: ['operations'], operationId: 'jwks' } }, async (_request, reply) => {
     // A standard JWK Set, not the envelope: JWT libraries of other services read it as is.

@@ -23,13 +23,14 @@ export function installTransportSecurity(app: FastifyInstance, options: Transpor
     reply.header('x-frame-options', 'DENY')
     reply.header('referrer-policy', 'no-referrer')
     // The API answers JSON only: nothing it sends should ever run, load or be framed in a page.
-    reply.header('content-security-policy', "default-src 'none'; frame-ancestors 'none'")
+    // The one HTML page, the interactive reference under /docs, sets its own (self-only) policy.
+    const path = request.url.split('?')[0] ?? ''
+    if (!path.startsWith('/docs')) reply.header('content-security-policy', "default-src 'none'; frame-ancestors 'none'")
     reply.header('cross-origin-opener-policy', 'same-origin')
     if (options.production) {
       reply.header('strict-transport-security', 'max-age=31536000; includeSubDomains')
       // Behind a TLS-terminating proxy, request.protocol comes from X-Forwarded-Proto, which
       // Fastify only believes from the TRUST_PROXY addresses; anything else is plain HTTP.
-      const path = request.url.split('?')[0] ?? ''
       if (!options.nativeTls && request.protocol !== 'https' && !PLAIN_HTTP_ALLOWED.has(path)) {
         throw new AppError('HTTPS_REQUIRED')
       }

@@ -102,6 +102,40 @@ for (const engine of ENGINES) {
       assert.equal(ready.json().data.status, 'ready')
     })
 
+    test('/openapi.json documents every API route from the validating schemas; /docs serves the reference', async () => {
+      const response = await t.app.inject({ method: 'GET', url: '/openapi.json' })
+      assert.equal(response.statusCode, 200)
+      const doc = response.json()
+      assert.equal(doc.openapi, '3.1.0')
+      const operations = Object.values(doc.paths as Record<string, Record<string, { operationId?: string; security?: unknown[] }>>).flatMap((methods) => Object.values(methods))
+      const ids = operations.map((operation) => operation.operationId)
+      for (const id of ['register', 'login', 'refresh', 'verifyEmail', 'me', 'logout', 'listSessions', 'listWatchlists', 'createWatchlist', 'removeWatchlistSymbol']) {
+        assert.ok(ids.includes(id), `${id} missing`)
+      }
+      assert.equal(new Set(ids).size, ids.length)
+      const register = doc.paths[`${t.base}/auth/register`].post
+      assert.equal(register.requestBody.content['application/json'].schema.additionalProperties, false)
+      assert.deepEqual(doc.paths[`${t.base}/auth/me`].get.security, [{ bearer: [] }])
+      assert.equal(doc.components.securitySchemes.bearer.scheme, 'bearer')
+      const page = await t.app.inject({ method: 'GET', url: '/docs' })
+      assert.equal(page.statusCode, 200)
+      assert.match(String(page.headers['content-type']), /text\/html/)
+      assert.match(String(page.headers['content-security-policy']), /default-src 'self'/)
+    })
+
+    test('/metrics exposes request counters by route pattern in Prometheus text', async () => {
+      await t.get('/auth/me')
+      await t.get('/nowhere/at/all')
+      const response = await t.app.inject({ method: 'GET', url: '/metrics' })
+      assert.equal(response.statusCode, 200)
+      assert.match(String(response.headers['content-type']), /^text\/plain/)
+      assert.match(response.body, new RegExp(`portcullis_http_requests_total\\{method="GET",route="${t.base}/auth/me",status="401"\\} \\d+`))
+      assert.match(response.body, /route="unmatched",status="404"/)
+      assert.ok(!response.body.includes('/nowhere/at/all'))
+      assert.match(response.body, /portcullis_session_gate_sessions \d+/)
+      assert.match(response.body, /portcullis_password_hashes_waiting 0/)
+    })
+
     test('logs carry the request id and never a password or token', async () => {
       logs.lines.length = 0
       const { access_token, refresh_token } = await registerVerifyLogin(t)
