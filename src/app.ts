@@ -8,7 +8,7 @@ import { LifecycleService } from './accounts/lifecycle.ts'
 import { protectedLifecycleRoutes, publicLifecycleRoutes } from './accounts/routes.ts'
 import { AccountService } from './accounts/service.ts'
 import { KeyStore } from './auth/keys.ts'
-import { boundedHasher, createArgon2Hasher, isCommonPassword, type PasswordHasher } from './auth/passwords.ts'
+import { boundedHasher, createArgon2Hasher, isCommonPassword, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
 import { Limits } from './limits/limits.ts'
 import { MemoryStore, RedisStore } from './limits/store.ts'
 import { protectedAuthRoutes, publicAuthRoutes } from './auth/routes.ts'
@@ -57,6 +57,7 @@ export interface AppServices {
   background: Background
   limits: Limits
   metrics: Metrics
+  hasher: BoundedHasher
   clock: Clock
 }
 
@@ -144,7 +145,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
     metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
     metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
-    app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, limits, metrics, clock })
+    app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, limits, metrics, hasher, clock })
 
     app.addHook('onClose', async () => {
       keys.stop()
@@ -200,18 +201,18 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   })
   await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: true, uiConfig: { url: '/openapi.json' } })
 
-  const { auth, lifecycle, db: database, keys, watchlists, limits } = app.services
+  const { auth, lifecycle, db: database, keys, watchlists, limits, hasher } = app.services
   await app.register(opsRoutes, { db: database, keys, metrics: app.services.metrics })
   await app.register(
     async (api) => {
       await api.register(async (open) => {
-        await publicAuthRoutes(open, auth, limits)
-        await publicLifecycleRoutes(open, lifecycle, limits)
+        await publicAuthRoutes(open, auth, limits, hasher)
+        await publicLifecycleRoutes(open, lifecycle, limits, hasher)
       })
       await api.register(async (scope) => {
         protect(scope, auth)
         await protectedAuthRoutes(scope, auth)
-        await protectedLifecycleRoutes(scope, lifecycle)
+        await protectedLifecycleRoutes(scope, lifecycle, hasher)
         await watchlistRoutes(scope, watchlists)
       })
     },

@@ -3,7 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AUTH_BODY_LIMIT, Email, Jwt, OneTimeToken, Password, requestContext } from '../auth/routes.ts'
 import { principalOf } from '../http/bearer.ts'
-import { limitByIp } from '../http/ratelimit.ts'
+import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import type { Limits } from '../limits/limits.ts'
 import { Body, Envelope, ok } from '../http/schemas.ts'
 import type { LifecycleService } from './lifecycle.ts'
@@ -12,7 +12,7 @@ const tags = ['sessions']
 const security = [{ bearer: [] }]
 const Revoked = Envelope(Type.Object({ revoked: Type.Integer({ description: 'How many sessions this call revoked' }) }))
 
-export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, limits: Limits): Promise<void> {
+export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, limits: Limits, hasher: { saturated(): boolean }): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const common = { bodyLimit: AUTH_BODY_LIMIT }
 
@@ -35,6 +35,7 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
 
   app.post('/auth/reset-password', {
     ...common,
+    onRequest: refuseWhenSaturated(hasher),
     schema: { tags: ['password'], operationId: 'resetPassword', body: Body({ token: OneTimeToken, password: Password }), response: { 200: Envelope(Type.Object({})) } },
   }, async (request) => {
     await lifecycle.resetPassword(request.body.token, request.body.password, requestContext(request))
@@ -42,7 +43,7 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
   })
 }
 
-export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService): Promise<void> {
+export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, hasher: { saturated(): boolean }): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
 
   app.post('/auth/logout-all', {
@@ -78,6 +79,7 @@ export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecyc
 
   app.post('/auth/change-password', {
     bodyLimit: AUTH_BODY_LIMIT,
+    onRequest: refuseWhenSaturated(hasher),
     schema: {
       tags: ['password'], security, operationId: 'changePassword',
       body: Body({ current_password: Password, new_password: Password }),

@@ -108,7 +108,13 @@ export function assertPasswordAcceptable(password: string, normalisedEmail: stri
  * requests fast during a login flood. When the queue is full the request is refused at once with
  * 503 and Retry-After instead of waiting without bound, so a flood cannot grow memory either.
  */
-export function boundedHasher(inner: PasswordHasher, limits: { concurrency: number; queue: number }): PasswordHasher & { waiting(): number } {
+export interface BoundedHasher extends PasswordHasher {
+  waiting(): number
+  /** True when a new hash would be refused: lets a route say 503 before reading the body. */
+  saturated(): boolean
+}
+
+export function boundedHasher(inner: PasswordHasher, limits: { concurrency: number; queue: number }): BoundedHasher {
   let running = 0
   const waiting: (() => void)[] = []
 
@@ -134,5 +140,6 @@ export function boundedHasher(inner: PasswordHasher, limits: { concurrency: numb
     verifyDummy: (password) => slot(() => inner.verifyDummy(password)),
     needsRehash: (passwordHash) => inner.needsRehash(passwordHash),
     waiting: () => waiting.length,
+    saturated: () => running >= limits.concurrency && waiting.length >= limits.queue,
   }
 }

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { principalOf } from '../http/bearer.ts'
-import { limitByIp } from '../http/ratelimit.ts'
+import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import type { Limits } from '../limits/limits.ts'
 import { Body, Envelope, ok } from '../http/schemas.ts'
 import type { RequestContext } from '../accounts/audit.ts'
@@ -32,13 +32,13 @@ export function requestContext(request: FastifyRequest): RequestContext {
   return { ip: request.ip, userAgent: typeof agent === 'string' ? agent : null, requestId: request.id }
 }
 
-export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthService, limits: Limits): Promise<void> {
+export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthService, limits: Limits, hasher: { saturated(): boolean }): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const common = { bodyLimit: AUTH_BODY_LIMIT }
 
   app.post('/auth/register', {
     ...common,
-    onRequest: limitByIp(limits, 'register'),
+    onRequest: [limitByIp(limits, 'register'), refuseWhenSaturated(hasher)],
     schema: {
       tags: ['auth'],
       operationId: 'register',
@@ -84,7 +84,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
 
   app.post('/auth/login', {
     ...common,
-    onRequest: limitByIp(limits, 'login'),
+    onRequest: [limitByIp(limits, 'login'), refuseWhenSaturated(hasher)],
     schema: {
       tags: ['auth'],
       operationId: 'login',

@@ -1,9 +1,20 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { AppError } from '../errors.ts'
 import type { IpRule, Limits } from '../limits/limits.ts'
 
 /** A route-level onRequest hook counting the client IP against one rule, before the body is read. */
 export function limitByIp(limits: Limits, rule: IpRule) {
   return async (request: FastifyRequest, reply: FastifyReply) => {
     reply.headers(await limits.perIp(rule, request.ip))
+  }
+}
+
+/**
+ * A route-level onRequest hook for routes that hash a password: when the hashing queue is already
+ * full, answer 503 before the body is parsed or the database touched, so a flood costs little.
+ */
+export function refuseWhenSaturated(hasher: { saturated(): boolean }) {
+  return async () => {
+    if (hasher.saturated()) throw new AppError('SERVICE_UNAVAILABLE', { headers: { 'retry-after': '1' } })
   }
 }

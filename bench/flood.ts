@@ -1,0 +1,37 @@
+// Login flood: do bearer-token requests stay fast, and memory bounded, while many connections
+// hammer POST /auth/login at full argon2 cost? GET /auth/me alone, then during the flood. The
+// server runs in its own process (bench/server.ts).
+//   npx tsx bench/flood.ts [flood connections, default 64]
+import autocannon from 'autocannon'
+import { startServer } from './server.ts'
+
+const floodConnections = Number(process.argv[2] ?? 64)
+const server = await startServer({ RATE_LIMIT_LOGIN_PER_IP: '100000000', LOGIN_FREE_FAILURES: '100', ...(process.env.HASH_CONCURRENCY ? { HASH_CONCURRENCY: process.env.HASH_CONCURRENCY } : {}), ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}) })
+const base = `${server.base}/api/v1`
+const json = { 'content-type': 'application/json' }
+const email = `flood-${Date.now()}@example.com`
+const password = 'a flood benchmark passphrase'
+await fetch(`${base}/auth/register`, { method: 'POST', headers: json, body: JSON.stringify({ email, password, full_name: 'Flood' }) })
+const token = (await (await fetch(`${base}/auth/login`, { method: 'POST', headers: json, body: JSON.stringify({ email, password }) })).json()).data.access_token
+
+const me = () => autocannon({ url: `${base}/auth/me`, connections: 8, duration: 10, headers: { authorization: `Bearer ${token}` } })
+const alone = await me()
+const rssBefore = server.rss()
+let peakRss = rssBefore
+const sampler = setInterval(() => (peakRss = Math.max(peakRss, server.rss())), 50)
+const [during, flood] = await Promise.all([
+  me(),
+  autocannon({ url: `${base}/auth/login`, connections: floodConnections, duration: 10, method: 'POST', headers: json, body: JSON.stringify({ email, password }) }),
+])
+clearInterval(sampler)
+
+const mb = (bytes: number) => +(bytes / 1024 / 1024).toFixed(1)
+console.log(JSON.stringify({
+  engine: process.env.DATABASE_URL ? 'postgres' : 'sqlite',
+  me_alone: { rps: Math.round(alone.requests.average), p50_ms: alone.latency.p50, p99_ms: alone.latency.p99, non2xx: alone.non2xx },
+  me_during_flood: { rps: Math.round(during.requests.average), p50_ms: during.latency.p50, p99_ms: during.latency.p99, non2xx: during.non2xx },
+  hash_concurrency: process.env.HASH_CONCURRENCY ?? 'default',
+  login_flood: { connections: floodConnections, total: flood.requests.total, status_2xx: flood['2xx'], status_503: flood.non2xx, ok_per_s: Math.round(flood['2xx'] / 10) },
+  server_rss_mb: { before_flood: mb(rssBefore), peak_during_flood: mb(peakRss) },
+}))
+await server.stop()
