@@ -1,21 +1,14 @@
-// Load benchmark: GET /auth/me throughput (EdDSA verify + session/account read per request) and
-// POST /auth/login latency (full OWASP argon2id cost), over a real socket on loopback.
+// Load benchmark: GET /auth/me throughput (EdDSA verify + the in-memory session gate + the user
+// row) and POST /auth/login (full OWASP argon2id cost), over a real socket on loopback. The
+// server runs in its own process (bench/server.ts), so autocannon does not share its event loop.
 //   npx tsx bench/auth.ts            (SQLite in a temp dir)
 //   DATABASE_URL=postgres://... npx tsx bench/auth.ts
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import path from 'node:path'
 import autocannon from 'autocannon'
-import { buildApp } from '../src/app.ts'
-import { loadConfig } from '../src/config.ts'
+import { startServer } from './server.ts'
 
-const dataDir = mkdtempSync(path.join(tmpdir(), 'portcullis-bench-'))
-const config = loadConfig({ DATA_DIR: dataDir, DATABASE_URL: process.env.DATABASE_URL, LOG_LEVEL: 'silent', REQUIRE_EMAIL_VERIFICATION: 'false' })
-const app = await buildApp(config)
-await app.listen({ port: 0, host: '127.0.0.1' })
-const address = app.server.address() as { port: number }
-const base = `http://127.0.0.1:${address.port}${config.basePath}`
-
+const engine = process.env.DATABASE_URL ? 'postgres' : 'sqlite'
+const server = await startServer({ RATE_LIMIT_LOGIN_PER_IP: '100000000', ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}) })
+const base = `${server.base}/api/v1`
 const email = `bench-${Date.now()}@example.com`
 const password = 'a benchmark passphrase'
 const json = { 'content-type': 'application/json' }
@@ -25,21 +18,18 @@ const token = login.data.access_token as string
 
 async function run(title: string, options: autocannon.Options) {
   const result = await autocannon({ duration: 10, ...options })
-  const line = {
+  console.log(JSON.stringify({
     bench: title,
-    engine: config.databaseUrl ? 'postgres' : 'sqlite',
+    engine,
     connections: options.connections,
     requests_per_s: Math.round(result.requests.average),
     latency_ms_p50: result.latency.p50,
     latency_ms_p99: result.latency.p99,
     non2xx: result.non2xx,
     errors: result.errors,
-  }
-  console.log(JSON.stringify(line))
+  }))
 }
 
 await run('GET /auth/me', { url: `${base}/auth/me`, connections: 32, headers: { authorization: `Bearer ${token}` } })
 await run('POST /auth/login', { url: `${base}/auth/login`, connections: 8, method: 'POST', headers: json, body: JSON.stringify({ email, password }) })
-
-await app.close()
-rmSync(dataDir, { recursive: true, force: true })
+await server.stop()
