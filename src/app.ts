@@ -24,7 +24,7 @@ import { protect } from './http/bearer.ts'
 import { installErrorHandling, sendError, toAppError } from './http/errors.ts'
 import { Metrics } from './http/metrics.ts'
 import { opsRoutes } from './http/ops.ts'
-import { installTransportSecurity } from './http/security.ts'
+import { installTransportSecurity, pathOf, setCommonHeaders } from './http/security.ts'
 import { installValidation } from './http/validation.ts'
 import { AppError } from './errors.ts'
 import { REDACT_PATHS } from './logger.ts'
@@ -83,7 +83,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     logController: new LogController({ disableRequestLogging: true }),
     // Malformed URLs and similar router-level failures answer with the envelope too.
     frameworkErrors: (error, request, reply) => {
-      reply.header('x-request-id', request.id).header('cache-control', 'no-store')
+      setCommonHeaders(request, reply, config.production)
       sendError(reply, toAppError(error))
     },
     // A caller's request id is kept when it is harmless, so logs join up across services.
@@ -168,9 +168,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     draining = true
   })
   app.addHook('onRequest', async (request, reply) => {
-    reply.header('x-request-id', request.id)
-    // Responses carry tokens or personal data; no cache may keep them. JWKS overrides this.
-    reply.header('cache-control', 'no-store')
+    setCommonHeaders(request, reply, config.production)
     if (draining) throw new AppError('SERVICE_UNAVAILABLE', { headers: { 'retry-after': '5' } })
   })
   app.addHook('onSend', async (_request, reply) => {
@@ -178,7 +176,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   })
   app.addHook('onResponse', async (request, reply) => {
     request.log.info(
-      { method: request.method, path: request.url.split('?')[0], status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
+      { method: request.method, path: pathOf(request), status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
       'request',
     )
   })

@@ -2,10 +2,14 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import FindMyWay, { type HTTPMethod } from 'find-my-way'
 import { isDatabaseUnavailable } from '../db/index.ts'
 import { AppError, type ErrorCode } from '../errors.ts'
+import { pathOf } from './security.ts'
 import { validationDetails } from './validation.ts'
 
 const REALM = 'Bearer realm="portcullis"'
 const TOKEN_CODES = new Set<ErrorCode>(['INVALID_TOKEN', 'TOKEN_EXPIRED', 'INVALID_REFRESH_TOKEN'])
+
+const notJson = () =>
+  new AppError('VALIDATION_ERROR', { message: 'The request body is not valid JSON.', details: [{ field: 'body', message: 'is not valid JSON' }] })
 
 /** Fastify's own errors, by code, in the service's vocabulary. */
 function fromFastify(error: FastifyError): AppError | null {
@@ -20,12 +24,13 @@ function fromFastify(error: FastifyError): AppError | null {
       return new AppError('UNSUPPORTED_MEDIA_TYPE')
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
-      return new AppError('VALIDATION_ERROR', { message: 'The request body is not valid JSON.', details: [{ field: 'body', message: 'is not valid JSON' }] })
+      return notJson()
+    case 'FST_ERR_BAD_URL':
+      return new AppError('VALIDATION_ERROR', { message: 'The request URL is malformed.', details: [{ field: 'url', message: 'is not a valid percent-encoded path' }] })
   }
-  if (error instanceof SyntaxError || error.statusCode === 400) {
-    // secure-json-parse's refusals (malformed JSON, __proto__ keys) and other malformed requests.
-    return new AppError('VALIDATION_ERROR', { message: 'The request body is not valid JSON.', details: [{ field: 'body', message: 'is not valid JSON' }] })
-  }
+  // secure-json-parse's refusals (malformed JSON, __proto__ keys).
+  if (error instanceof SyntaxError) return notJson()
+  if (error.statusCode === 400) return new AppError('VALIDATION_ERROR')
   if (error.statusCode === 404) return new AppError('NOT_FOUND')
   if (error.statusCode === 413) return new AppError('PAYLOAD_TOO_LARGE')
   if (error.statusCode === 415) return new AppError('UNSUPPORTED_MEDIA_TYPE')
@@ -76,7 +81,7 @@ export function installErrorHandling(app: FastifyInstance): void {
   })
 
   app.setNotFoundHandler((request, reply) => {
-    const path = request.url.split('?')[0] ?? '/'
+    const path = pathOf(request)
     const allowed = [...methods].filter((method) => known.find(method, path) !== null)
     if (allowed.length > 0) {
       return sendError(reply, new AppError('METHOD_NOT_ALLOWED', { headers: { allow: allowed.sort().join(', ') } }))

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { AppError } from '../errors.ts'
 
 export interface TransportOptions {
@@ -11,27 +11,43 @@ export interface TransportOptions {
 // Probes from a load balancer inside the network often use plain HTTP; they carry no secrets.
 const PLAIN_HTTP_ALLOWED = new Set(['/healthz', '/readyz'])
 
+/** The path of a request, without its query string. */
+export function pathOf(request: FastifyRequest): string {
+  const url = request.url
+  const query = url.indexOf('?')
+  return query === -1 ? url : url.slice(0, query)
+}
+
 /**
- * Helmet-style headers on every answer, HSTS and HTTPS enforcement in production, and CORS only
- * for the origins CORS_ORIGINS lists (none by default, so browsers on other sites get nothing).
+ * The headers every answer carries, whether it comes from a route, a hook or Fastify's own
+ * router-level failures: request id, no caching, helmet-style hardening, HSTS in production.
+ */
+export function setCommonHeaders(request: FastifyRequest, reply: FastifyReply, production: boolean): void {
+  reply.header('x-request-id', request.id)
+  // Answers carry tokens or personal data; no cache may keep them. The JWKS route overrides this.
+  reply.header('cache-control', 'no-store')
+  reply.header('x-content-type-options', 'nosniff')
+  reply.header('x-frame-options', 'DENY')
+  reply.header('referrer-policy', 'no-referrer')
+  reply.header('cross-origin-opener-policy', 'same-origin')
+  // The API answers JSON only: nothing it sends should ever run, load or be framed in a page.
+  // The one HTML page, the interactive reference under /docs, sets its own (self-only) policy.
+  if (!pathOf(request).startsWith('/docs')) reply.header('content-security-policy', "default-src 'none'; frame-ancestors 'none'")
+  if (production) reply.header('strict-transport-security', 'max-age=31536000; includeSubDomains')
+}
+
+/**
+ * HTTPS enforcement in production, and CORS only for the origins CORS_ORIGINS lists (none by
+ * default, so browsers on other sites get nothing). The common headers are set by the caller.
  */
 export function installTransportSecurity(app: FastifyInstance, options: TransportOptions): void {
   const origins = new Set(options.corsOrigins)
 
   app.addHook('onRequest', async (request: FastifyRequest, reply) => {
-    reply.header('x-content-type-options', 'nosniff')
-    reply.header('x-frame-options', 'DENY')
-    reply.header('referrer-policy', 'no-referrer')
-    // The API answers JSON only: nothing it sends should ever run, load or be framed in a page.
-    // The one HTML page, the interactive reference under /docs, sets its own (self-only) policy.
-    const path = request.url.split('?')[0] ?? ''
-    if (!path.startsWith('/docs')) reply.header('content-security-policy', "default-src 'none'; frame-ancestors 'none'")
-    reply.header('cross-origin-opener-policy', 'same-origin')
     if (options.production) {
-      reply.header('strict-transport-security', 'max-age=31536000; includeSubDomains')
       // Behind a TLS-terminating proxy, request.protocol comes from X-Forwarded-Proto, which
       // Fastify only believes from the TRUST_PROXY addresses; anything else is plain HTTP.
-      if (!options.nativeTls && request.protocol !== 'https' && !PLAIN_HTTP_ALLOWED.has(path)) {
+      if (!options.nativeTls && request.protocol !== 'https' && !PLAIN_HTTP_ALLOWED.has(pathOf(request))) {
         throw new AppError('HTTPS_REQUIRED')
       }
     }

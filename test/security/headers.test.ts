@@ -22,6 +22,22 @@ describe('security: headers and transport', () => {
     }
   })
 
+  test('a malformed URL is a VALIDATION_ERROR about the URL, with the same headers as every other answer', async () => {
+    const t = await startTestApp('sqlite')
+    try {
+      const response = await t.app.inject({ method: 'GET', url: `${t.base}/watchlists/%ZZ` })
+      assert.equal(response.statusCode, 400)
+      assert.equal(response.json().error.code, 'VALIDATION_ERROR')
+      assert.deepEqual(response.json().error.details, [{ field: 'url', message: 'is not a valid percent-encoded path' }])
+      assert.equal(response.headers['x-content-type-options'], 'nosniff')
+      assert.equal(response.headers['x-frame-options'], 'DENY')
+      assert.equal(response.headers['cache-control'], 'no-store')
+      assert.ok(response.headers['x-request-id'])
+    } finally {
+      await t.close()
+    }
+  })
+
   test('production behind a trusted proxy: HSTS, and anything that did not arrive over https is HTTPS_REQUIRED', async () => {
     const t = await startTestApp('sqlite', { env: PRODUCTION })
     try {
