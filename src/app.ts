@@ -8,7 +8,7 @@ import { LifecycleService } from './accounts/lifecycle.ts'
 import { protectedLifecycleRoutes, publicLifecycleRoutes } from './accounts/routes.ts'
 import { AccountService } from './accounts/service.ts'
 import { KeyStore } from './auth/keys.ts'
-import { boundedHasher, createArgon2Hasher, isCommonPassword, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
+import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
 import { Limits } from './limits/limits.ts'
 import { MemoryStore, RedisStore } from './limits/store.ts'
 import { protectedAuthRoutes, publicAuthRoutes } from './auth/routes.ts'
@@ -105,22 +105,33 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     dataDir: config.dataDir,
     onPoolError: (error) => app.log.warn({ err: { message: error.message } }, 'database connection lost'),
   })
+  // What has been started, so a start-up that fails half-way stops it again (timers polling a
+  // closed database, an open Redis connection) and a normal close stops it in reverse order.
+  const started: (() => unknown)[] = []
+  const stopStarted = async () => {
+    for (const stop of started.reverse()) await stop()
+    if (!overrides.db) await db.close()
+  }
   try {
     // Read the blocklist at start, not on the first registration's request path.
-    isCommonPassword('')
+    loadCommonPasswords()
     await migrate(db)
     const keys = new KeyStore(db, { clock, refreshTtlSeconds: REFRESH_TTL_SECONDS })
     await keys.start()
+    started.push(() => keys.stop())
     const mail =
       overrides.mailTransport ??
       createMailTransport({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: path.join(config.dataDir, 'outbox'), logger: app.log })
+    started.push(() => mail.close())
     const background = new Background(app.log)
     const gate = new SessionGate(db, app.log, overrides.gate)
     gate.start()
+    started.push(() => gate.stop())
     const hasher = boundedHasher(overrides.hasher ?? createArgon2Hasher(), config.hashing)
     const store = config.redisUrl
       ? new RedisStore(config.redisUrl, (error) => app.log.warn({ err: { message: error.message } }, 'redis connection problem'))
       : new MemoryStore(clock)
+    started.push(() => store.close())
     if (store instanceof RedisStore) await store.ready()
     const limits = new Limits(store, clock, config.limits)
     const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock })
@@ -148,15 +159,12 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, limits, metrics, hasher, clock })
 
     app.addHook('onClose', async () => {
-      keys.stop()
-      await gate.stop()
+      // Background work (mail, the mail-sending flows) uses mail, limits and the database: first.
       await background.drain()
-      mail.close()
-      await store.close()
-      if (!overrides.db) await db.close()
+      await stopStarted()
     })
   } catch (error) {
-    if (!overrides.db) await db.close().catch(() => {})
+    await stopStarted().catch(() => {})
     throw error
   }
 

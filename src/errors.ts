@@ -51,7 +51,3 @@ export class AppError extends Error {
     this.headers = options.headers ?? {}
   }
 }
-
-export function validationError(field: string, message: string): AppError {
-  return new AppError('VALIDATION_ERROR', { details: [{ field, message }] })
-}

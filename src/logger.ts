@@ -5,8 +5,6 @@ export interface Logger {
   error(obj: object, msg?: string): void
 }
 
-export const silentLogger: Logger = { info() {}, warn() {}, error() {} }
-
 /**
  * Paths pino blanks out in every log line: credentials in headers and any password or token that
  * could ride along in a logged object.

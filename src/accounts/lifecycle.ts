@@ -7,13 +7,13 @@ import { AppError } from '../errors.ts'
 import { emailProblem, normaliseEmail, throwIfProblems } from '../auth/input.ts'
 import { passwordProblems, type PasswordHasher } from '../auth/passwords.ts'
 import { publishChanges, type SessionGate } from '../auth/revocation.ts'
-import { hashOneTimeToken, newOneTimeToken, type Principal } from '../auth/service.ts'
+import { hashOneTimeToken, issueOneTimeToken, RESET_TTL_MS } from '../auth/one-time-tokens.ts'
+import type { Principal } from '../auth/service.ts'
 import type { TokenService } from '../auth/tokens.ts'
 import { passwordResetMail, type MailTransport } from '../mail/index.ts'
 import { isUuid } from '../text.ts'
 import { recordEvent, type AuditType, type RequestContext } from './audit.ts'
 
-export const RESET_TTL_MS = 3600 * 1000
 
 export interface LifecycleDeps {
   db: Db
@@ -111,14 +111,12 @@ export class LifecycleService {
       const user = await users.findByEmail(this.db, email)
       if (!user) return
       const now = this.deps.clock.now()
-      const reset = newOneTimeToken()
-      await this.db.transaction().execute(async (trx) => {
-        await oneTimeTokens.retireAll(trx, user.id, 'reset_password', now)
-        await oneTimeTokens.insert(trx, { token_hash: reset.hash, user_id: user.id, purpose: 'reset_password', created_at: now, expires_at: now + RESET_TTL_MS })
+      const token = await this.db.transaction().execute(async (trx) => {
         await recordEvent(trx, this.deps.clock, { type: 'password.reset_requested', userId: user.id, context })
+        return issueOneTimeToken(trx, user.id, 'reset_password', RESET_TTL_MS, now)
       })
-      const link = this.deps.resetPasswordUrl.replace('{token}', encodeURIComponent(reset.token))
-      await this.deps.mail.send(passwordResetMail(email, link, reset.token))
+      const link = this.deps.resetPasswordUrl.replace('{token}', encodeURIComponent(token))
+      await this.deps.mail.send(passwordResetMail(email, link, token))
     })
   }
 

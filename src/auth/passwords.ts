@@ -64,7 +64,7 @@ export function createArgon2Hasher(params: Argon2Params = OWASP_ARGON2_PARAMS): 
 let blocklist: Set<string> | undefined
 
 /** The shipped list of common passwords (assets/README.md says where it comes from), loaded once. */
-function commonPasswords(): Set<string> {
+export function loadCommonPasswords(): Set<string> {
   blocklist ??= new Set(
     readFileSync(new URL('../../assets/common-passwords.txt', import.meta.url), 'utf8')
       .split('\n')
@@ -74,7 +74,7 @@ function commonPasswords(): Set<string> {
 }
 
 export function isCommonPassword(password: string): boolean {
-  return commonPasswords().has(password.toLowerCase())
+  return loadCommonPasswords().has(password.toLowerCase())
 }
 
 export const PASSWORD_MIN = 8
@@ -95,11 +95,6 @@ export function passwordProblems(password: string, normalisedEmail: string, fiel
     return [{ field, message: 'is one of the most common passwords (seen in password leaks); choose another' }]
   }
   return []
-}
-
-export function assertPasswordAcceptable(password: string, normalisedEmail: string, field = 'password'): void {
-  const details = passwordProblems(password, normalisedEmail, field)
-  if (details.length > 0) throw new AppError('VALIDATION_ERROR', { details })
 }
 
 /**

@@ -1,4 +1,4 @@
-import { createHash, randomBytes, randomUUID } from 'node:crypto'
+import { randomUUID } from 'node:crypto'
 import type { Clock } from '../clock.ts'
 import { isUniqueViolation, type Db } from '../db/index.ts'
 import { oneTimeTokens, sessions, users, type UserRow } from '../db/repositories.ts'
@@ -10,10 +10,9 @@ import { verificationMail, type MailTransport } from '../mail/index.ts'
 import type { Limits } from '../limits/limits.ts'
 import type { SessionGate } from './revocation.ts'
 import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from './input.ts'
+import { hashOneTimeToken, issueOneTimeToken, VERIFICATION_TTL_MS } from './one-time-tokens.ts'
 import { passwordProblems, type PasswordHasher } from './passwords.ts'
 import { ACCESS_TTL_SECONDS, type TokenService } from './tokens.ts'
-
-export const VERIFICATION_TTL_MS = 24 * 3600 * 1000
 
 export interface Principal {
   userId: string
@@ -32,16 +31,6 @@ export interface AuthServiceDeps {
   logger: Logger
   requireEmailVerification: boolean
   verifyEmailUrl: string
-}
-
-/** 256 random bits for the mail; only the SHA-256 of it is stored, so a database leak yields no usable link. */
-export function newOneTimeToken(): { token: string; hash: string } {
-  const token = randomBytes(32).toString('base64url')
-  return { token, hash: hashOneTimeToken(token) }
-}
-
-export function hashOneTimeToken(token: string): string {
-  return createHash('sha256').update(token).digest('hex')
 }
 
 export class AuthService {
@@ -77,18 +66,12 @@ export class AuthService {
       created_at: now,
       updated_at: now,
     }
-    const verification = this.deps.requireEmailVerification ? newOneTimeToken() : null
+    let verificationToken: string | null = null
     try {
       await this.db.transaction().execute(async (trx) => {
         await users.insert(trx, row)
-        if (verification) {
-          await oneTimeTokens.insert(trx, {
-            token_hash: verification.hash,
-            user_id: row.id,
-            purpose: 'verify_email',
-            created_at: now,
-            expires_at: now + VERIFICATION_TTL_MS,
-          })
+        if (this.deps.requireEmailVerification) {
+          verificationToken = await issueOneTimeToken(trx, row.id, 'verify_email', VERIFICATION_TTL_MS, now)
         }
         await recordEvent(trx, this.deps.clock, { type: 'account.registered', userId: row.id, context })
       })
@@ -96,8 +79,8 @@ export class AuthService {
       if (isUniqueViolation(error)) throw new AppError('EMAIL_EXISTS')
       throw error
     }
-    if (verification) this.sendVerification(email, verification.token)
-    return { user_id: row.id, email, verification_required: verification !== null }
+    if (verificationToken) this.sendVerification(email, verificationToken)
+    return { user_id: row.id, email, verification_required: this.deps.requireEmailVerification }
   }
 
   private sendVerification(email: string, token: string): void {
@@ -138,18 +121,8 @@ export class AuthService {
     const user = await users.findByEmail(this.db, email)
     if (!user || user.email_verified_at !== null || user.status !== 'active') return
     const now = this.deps.clock.now()
-    const verification = newOneTimeToken()
-    await this.db.transaction().execute(async (trx) => {
-      await oneTimeTokens.retireAll(trx, user.id, 'verify_email', now)
-      await oneTimeTokens.insert(trx, {
-        token_hash: verification.hash,
-        user_id: user.id,
-        purpose: 'verify_email',
-        created_at: now,
-        expires_at: now + VERIFICATION_TTL_MS,
-      })
-    })
-    this.sendVerification(email, verification.token)
+    const token = await this.db.transaction().execute((trx) => issueOneTimeToken(trx, user.id, 'verify_email', VERIFICATION_TTL_MS, now))
+    this.sendVerification(email, token)
   }
 
   async login(input: { email: string; password: string }, context: RequestContext) {

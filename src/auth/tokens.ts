@@ -16,6 +16,7 @@ export type TokenKind = keyof typeof TYP
 export const CLIENT_ID = 'portcullis'
 
 const MAX_TOKEN_LENGTH = 4096
+const utf8 = new TextDecoder()
 const MAX_KID_LENGTH = 128
 
 export interface TokenClaims {
@@ -98,7 +99,7 @@ export class TokenService {
 
     let payload: Record<string, unknown>
     try {
-      const parsed: unknown = JSON.parse(new TextDecoder().decode(payloadBytes))
+      const parsed: unknown = JSON.parse(utf8.decode(payloadBytes))
       if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return { status: 'invalid' }
       payload = parsed as Record<string, unknown>
     } catch {

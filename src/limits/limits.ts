@@ -25,7 +25,7 @@ export interface LimitState {
 }
 
 /** RateLimit-* (draft-ietf-httpapi-ratelimit-headers) and, when refused, Retry-After. */
-export function limitHeaders(state: LimitState, retryAfterSeconds?: number): Record<string, string> {
+function limitHeaders(state: LimitState, retryAfterSeconds?: number): Record<string, string> {
   const headers: Record<string, string> = {
     'ratelimit-limit': String(state.limit),
     'ratelimit-remaining': String(Math.max(0, state.remaining)),

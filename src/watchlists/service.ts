@@ -27,7 +27,7 @@ function view(row: WatchlistRow): WatchlistView {
 }
 
 /** Upper-cased, trimmed, or null when it is not a symbol. */
-export function normaliseSymbol(raw: string): string | null {
+function normaliseSymbol(raw: string): string | null {
   const symbol = raw.trim().toUpperCase()
   return SYMBOL_PATTERN.test(symbol) ? symbol : null
 }
