@@ -2,6 +2,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import FindMyWay, { type HTTPMethod } from 'find-my-way'
 import { isDatabaseUnavailable } from '../db/index.ts'
 import { AppError, type ErrorCode } from '../errors.ts'
+import { ErrorEnvelope } from './schemas.ts'
 import { pathOf } from './security.ts'
 import { validationDetails } from './validation.ts'
 
@@ -67,6 +68,14 @@ export function installErrorHandling(app: FastifyInstance): void {
       request.log.error({ err: { type: cause?.name, message: cause?.message, code: (cause as FastifyError)?.code, stack: cause?.stack } }, appError.code)
     }
     return sendError(reply, appError)
+  })
+
+  // Every documented route answers errors in the one envelope; saying so here, once, puts it in
+  // the OpenAPI document for each operation (and errors are serialised against the same schema).
+  app.addHook('onRoute', (route) => {
+    const schema = route.schema as { tags?: unknown; response?: Record<string, unknown> } | undefined
+    if (!schema?.tags) return
+    schema.response = { ...schema.response, '4xx': ErrorEnvelope, '5xx': ErrorEnvelope }
   })
 
   // Every route is also recorded here, so an unknown method on a known path can answer 405

@@ -1,4 +1,5 @@
 import Type, { type TSchema } from 'typebox'
+import { ErrorCodes } from '../errors.ts'
 
 /** `{success: true, data, message?}` around a payload schema, exactly as the seed describes. */
 export function Envelope<T extends TSchema>(data: T, options: { message?: boolean } = {}) {
@@ -12,7 +13,10 @@ export function Envelope<T extends TSchema>(data: T, options: { message?: boolea
 export const ErrorEnvelope = Type.Object({
   success: Type.Literal(false),
   error: Type.Object({
-    code: Type.String({ description: 'A documented UPPER_SNAKE code' }),
+    code: Type.Union(
+      Object.keys(ErrorCodes).map((code) => Type.Literal(code)),
+      { description: 'One of the documented codes; never renamed once published' },
+    ),
     message: Type.String(),
     details: Type.Optional(Type.Array(Type.Object({ field: Type.String(), message: Type.String() }))),
   }),

@@ -117,6 +117,9 @@ for (const engine of ENGINES) {
       assert.equal(register.requestBody.content['application/json'].schema.additionalProperties, false)
       assert.deepEqual(doc.paths[`${t.base}/auth/me`].get.security, [{ bearer: [] }])
       assert.equal(doc.components.securitySchemes.bearer.scheme, 'bearer')
+      const loginErrors = doc.paths[`${t.base}/auth/login`].post.responses['4XX'].content['application/json'].schema
+      const codes = loginErrors.properties.error.properties.code.anyOf.map((c: { const?: string; enum?: string[] }) => c.const ?? c.enum?.[0])
+      for (const expected of ['INVALID_CREDENTIALS', 'RATE_LIMITED', 'VALIDATION_ERROR', 'EMAIL_NOT_VERIFIED']) assert.ok(codes.includes(expected), expected)
       const page = await t.app.inject({ method: 'GET', url: '/docs' })
       assert.equal(page.statusCode, 200)
       assert.match(String(page.headers['content-type']), /text\/html/)
