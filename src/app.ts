@@ -147,8 +147,9 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       logger: app.log,
       requireEmailVerification: config.requireEmailVerification,
       verifyEmailUrl: config.verifyEmailUrl,
+      brand: { appName: config.appName },
     })
-    const lifecycle = new LifecycleService({ db, clock, hasher, tokens, gate, mail, background, limits, resetPasswordUrl: config.resetPasswordUrl })
+    const lifecycle = new LifecycleService({ db, clock, hasher, tokens, gate, mail, background, limits, resetPasswordUrl: config.resetPasswordUrl, brand: { appName: config.appName } })
     const accounts = new AccountService(db, clock, (changes) => gate.apply(changes))
     const cursorSecret = await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now())
     const watchlists = new WatchlistService(db, clock, new CursorCodec(cursorSecret))

@@ -28,6 +28,8 @@ const EnvSchema = Type.Object({
   CORS_ORIGINS: Type.Optional(Type.String({ minLength: 1 })),
   VERIFY_EMAIL_URL: Type.Optional(Type.String({ pattern: '\\{token\\}' })),
   RESET_PASSWORD_URL: Type.Optional(Type.String({ pattern: '\\{token\\}' })),
+  APP_NAME: Type.String({ minLength: 1, maxLength: 60, pattern: '^[^\\u0000-\\u001f\\u007f]+$', default: 'Portcullis' }),
+  APP_URL: Type.Optional(Type.String({ pattern: '^https?://[^/?#\\s]+(/[^\\s]*)?$' })),
   RATE_LIMIT_LOGIN_PER_IP: Type.Integer({ minimum: 1, default: 60 }),
   LOGIN_FREE_FAILURES: Type.Integer({ minimum: 1, maximum: 100, default: 10 }),
   LOGIN_MAX_DELAY_SECONDS: Type.Integer({ minimum: 1, maximum: 86_400, default: 900 }),
@@ -76,6 +78,7 @@ function describe(variable: string, schema: unknown): string {
   if (s.anyOf) return `must be one of ${s.anyOf.map((v) => v.const).join(', ')}`
   if (s.type === 'integer') return s.maximum === undefined ? `must be a whole number of at least ${s.minimum}` : `must be a whole number from ${s.minimum} to ${s.maximum}`
   if (s.type === 'boolean') return 'must be true or false'
+  if (variable === 'APP_NAME') return 'must be 1 to 60 characters without control characters'
   if (variable.endsWith('_URL') && s.pattern) return `must be a URL matching ${s.pattern}`
   if (s.pattern) return `must match ${s.pattern}`
   return 'is not valid'
@@ -131,6 +134,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     tls = { cert: readFileSync(env.TLS_CERT_FILE), key: readFileSync(env.TLS_KEY_FILE) }
   }
 
+  if (env.APP_NAME.trim() === '') throw new ConfigError('APP_NAME', describe('APP_NAME', EnvSchema.properties.APP_NAME))
+
   const publicUrl = (env.PUBLIC_URL ?? `${tls ? 'https' : 'http'}://localhost:${env.PORT}`).replace(/\/+$/, '')
 
   if (production) {
@@ -160,6 +165,10 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     corsOrigins: parseOrigins(env.CORS_ORIGINS),
     verifyEmailUrl: env.VERIFY_EMAIL_URL ?? `${publicUrl}/verify-email?token={token}`,
     resetPasswordUrl: env.RESET_PASSWORD_URL ?? `${publicUrl}/reset-password?token={token}`,
+    /** Names the product on the pages and in mail. */
+    appName: env.APP_NAME.trim(),
+    /** Where the pages' success screens link back to, when set; never taken from a request. */
+    appUrl: env.APP_URL,
     logLevel: env.LOG_LEVEL,
     limits: {
       loginPerIpPerMinute: env.RATE_LIMIT_LOGIN_PER_IP,

@@ -10,7 +10,7 @@ import { publishChanges, type SessionGate } from '../auth/revocation.ts'
 import { hashOneTimeToken, issueOneTimeToken, RESET_TTL_MS } from '../auth/one-time-tokens.ts'
 import type { Principal } from '../auth/service.ts'
 import type { TokenService } from '../auth/tokens.ts'
-import { passwordResetMail, type MailTransport } from '../mail/index.ts'
+import { passwordResetMail, type MailBrand, type MailTransport } from '../mail/index.ts'
 import { isUuid } from '../text.ts'
 import { recordEvent, type AuditType, type RequestContext } from './audit.ts'
 
@@ -25,6 +25,7 @@ export interface LifecycleDeps {
   background: Background
   limits: Limits
   resetPasswordUrl: string
+  brand: MailBrand
 }
 
 export interface SessionView {
@@ -116,8 +117,17 @@ export class LifecycleService {
         return issueOneTimeToken(trx, user.id, 'reset_password', RESET_TTL_MS, now)
       })
       const link = this.deps.resetPasswordUrl.replace('{token}', encodeURIComponent(token))
-      await this.deps.mail.send(passwordResetMail(email, link, token))
+      await this.deps.mail.send(passwordResetMail(this.deps.brand, email, link, token))
     })
+  }
+
+  /**
+   * The address a live reset token belongs to, or null; the token is not used up (a GET of the
+   * mailed link must not burn it). The holder of the token already knows the address.
+   */
+  async resetTokenOwner(token: string): Promise<string | null> {
+    const userId = await oneTimeTokens.findLive(this.db, hashOneTimeToken(token), 'reset_password', this.deps.clock.now())
+    return userId ? ((await users.findById(this.db, userId))?.email ?? null) : null
   }
 
   /**

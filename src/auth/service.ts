@@ -6,7 +6,7 @@ import { AppError, type ErrorDetail } from '../errors.ts'
 import type { Logger } from '../logger.ts'
 import { recordEvent, type RequestContext } from '../accounts/audit.ts'
 import type { Background } from '../background.ts'
-import { verificationMail, type MailTransport } from '../mail/index.ts'
+import { verificationMail, type MailBrand, type MailTransport } from '../mail/index.ts'
 import type { Limits } from '../limits/limits.ts'
 import type { SessionGate } from './revocation.ts'
 import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from './input.ts'
@@ -31,6 +31,7 @@ export interface AuthServiceDeps {
   logger: Logger
   requireEmailVerification: boolean
   verifyEmailUrl: string
+  brand: MailBrand
 }
 
 export class AuthService {
@@ -85,7 +86,7 @@ export class AuthService {
 
   private sendVerification(email: string, token: string): void {
     const link = this.deps.verifyEmailUrl.replace('{token}', encodeURIComponent(token))
-    const message = verificationMail(email, link, token)
+    const message = verificationMail(this.deps.brand, email, link, token)
     this.deps.background.run('verification mail', () => this.deps.mail.send(message))
   }
 
@@ -100,6 +101,14 @@ export class AuthService {
     })
     if (!email) throw new AppError('INVALID_VERIFICATION_TOKEN')
     return { email, verified: true }
+  }
+
+  /**
+   * Whether a verification token would be accepted now, without using it up: the page behind the
+   * mailed link is fetched by mail scanners and link previews, so only a POST may consume it.
+   */
+  async verificationTokenIsLive(token: string): Promise<boolean> {
+    return (await oneTimeTokens.findLive(this.db, hashOneTimeToken(token), 'verify_email', this.deps.clock.now())) !== null
   }
 
   /**

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import { mkdir, rename, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import nodemailer from 'nodemailer'
@@ -6,7 +7,9 @@ import type { Logger } from '../logger.ts'
 export interface MailMessage {
   to: string
   subject: string
+  /** The plain-text part; the HTML part says the same with the link as a button. */
   text: string
+  html: string
 }
 
 export interface MailTransport {
@@ -20,6 +23,8 @@ export interface MailerOptions {
   outboxDir: string
   logger: Logger
 }
+
+export { passwordResetMail, verificationMail, type MailBrand } from './templates.ts'
 
 /** Real SMTP when SMTP_URL is set; otherwise (development only) .eml files in the outbox. */
 export function createMailTransport(options: MailerOptions): MailTransport {
@@ -48,56 +53,29 @@ export function createMailTransport(options: MailerOptions): MailTransport {
 }
 
 /**
- * A readable .eml (8bit, RFC 6152) so a developer can copy the link straight out of the file.
- * Every header value here is ours or an address that passed validation (no CR or LF).
+ * A readable .eml (8bit, RFC 6152) so a developer can copy the link straight out of the file, as
+ * multipart/alternative like the SMTP mail. Every header value here is ours or an address that
+ * passed validation (no CR or LF); a non-ASCII subject is encoded (RFC 2047).
  */
 function outboxMessage(from: string, message: MailMessage): string {
+  const boundary = `portcullis-${randomBytes(12).toString('hex')}`
+  const part = (type: string, body: string) =>
+    [`--${boundary}`, `Content-Type: ${type}; charset=utf-8`, 'Content-Transfer-Encoding: 8bit', '', body].join('\r\n')
   return [
     `From: ${from}`,
     `To: ${message.to}`,
-    `Subject: ${message.subject}`,
+    `Subject: ${encodeHeader(message.subject)}`,
     `Date: ${new Date().toUTCString()}`,
     'MIME-Version: 1.0',
-    'Content-Type: text/plain; charset=utf-8',
-    'Content-Transfer-Encoding: 8bit',
+    `Content-Type: multipart/alternative; boundary="${boundary}"`,
     '',
-    message.text,
+    part('text/plain', message.text),
+    part('text/html', message.html),
+    `--${boundary}--`,
     '',
   ].join('\r\n')
 }
 
-export function verificationMail(to: string, link: string, token: string): MailMessage {
-  return {
-    to,
-    subject: 'Verify your e-mail address',
-    text: [
-      'Welcome to Portcullis.',
-      '',
-      'Open this link to verify your e-mail address (it works once, for 24 hours):',
-      link,
-      '',
-      'Or give this verification code to the application:',
-      token,
-      '',
-      'If you did not create an account, ignore this message.',
-    ].join('\n'),
-  }
-}
-
-export function passwordResetMail(to: string, link: string, token: string): MailMessage {
-  return {
-    to,
-    subject: 'Reset your password',
-    text: [
-      'Someone asked to reset the password of your Portcullis account.',
-      '',
-      'Open this link to choose a new password (it works once, for 1 hour):',
-      link,
-      '',
-      'Or give this reset code to the application:',
-      token,
-      '',
-      'If it was not you, ignore this message: your password stays as it is.',
-    ].join('\n'),
-  }
+function encodeHeader(value: string): string {
+  return /^[\x20-\x7e]*$/.test(value) ? value : `=?UTF-8?B?${Buffer.from(value).toString('base64')}?=`
 }

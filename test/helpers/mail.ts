@@ -82,3 +82,43 @@ export function tokenFromMail(mail: ReceivedMail): string {
   if (!match) throw new Error(`no token in mail:\n${mail.raw}`)
   return match[1]!
 }
+
+function decodeQuotedPrintable(body: string): string {
+  const bytes = body.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/gi, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)))
+  return Buffer.from(bytes, 'latin1').toString('utf8')
+}
+
+/**
+ * The parts of a multipart mail by content type (`text/plain`, `text/html`), each decoded from its
+ * transfer encoding, as a mail client would show them. Throws if the mail is not multipart.
+ */
+export function mailParts(raw: string): { contentType: string; parts: Record<string, string> } {
+  const [head = '', ...rest] = raw.split(/\r?\n\r?\n/)
+  const headers = head.replace(/\r?\n[ \t]+/g, ' ')
+  const contentType = /^content-type:\s*([^;\r\n]+)/im.exec(headers)?.[1]?.trim().toLowerCase() ?? ''
+  const boundary = /boundary="?([^";\r\n]+)"?/i.exec(headers)?.[1]
+  if (!boundary) throw new Error(`not a multipart mail:\n${raw}`)
+  const body = rest.join('\r\n\r\n')
+  const parts: Record<string, string> = {}
+  for (const chunk of body.split(`--${boundary}`).slice(1)) {
+    if (chunk.startsWith('--')) break
+    const [partHead = '', ...partBody] = chunk.replace(/^\r?\n/, '').split(/\r?\n\r?\n/)
+    const type = /^content-type:\s*([^;\r\n]+)/im.exec(partHead)?.[1]?.trim().toLowerCase() ?? 'text/plain'
+    const encoding = /^content-transfer-encoding:\s*(\S+)/im.exec(partHead)?.[1]?.toLowerCase() ?? '7bit'
+    const content = partBody.join('\r\n\r\n').replace(/\r?\n$/, '')
+    const decoded =
+      encoding === 'quoted-printable' ? decodeQuotedPrintable(content)
+      : encoding === 'base64' ? Buffer.from(content, 'base64').toString('utf8')
+      : content
+    parts[type] = decoded.replace(/\r\n/g, '\n')
+  }
+  return { contentType, parts }
+}
+
+/** The link a mail's text part carries (the line that is a URL). */
+export function linkFromMail(mail: ReceivedMail): string {
+  const text = mailParts(mail.raw).parts['text/plain'] ?? ''
+  const match = /^(https?:\/\/\S+)\r?$/m.exec(text)
+  if (!match) throw new Error(`no link in mail:\n${text}`)
+  return match[1]!
+}

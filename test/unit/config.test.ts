@@ -14,6 +14,8 @@ describe('config', () => {
     assert.equal(config.verifyEmailUrl, 'http://localhost:3000/verify-email?token={token}')
     assert.equal(config.resetPasswordUrl, 'http://localhost:3000/reset-password?token={token}')
     assert.match(config.dataDir, /data$/)
+    assert.equal(config.appName, 'Portcullis')
+    assert.equal(config.appUrl, undefined)
   })
 
   const wrong: [string, Record<string, string>, RegExp][] = [
@@ -27,6 +29,9 @@ describe('config', () => {
     ['a TRUST_PROXY entry that is not an address', { TRUST_PROXY: '10.0.0.0/8,proxy.local' }, /TRUST_PROXY has "proxy.local"/],
     ['a CIDR with too many bits', { TRUST_PROXY: '10.0.0.0/33' }, /TRUST_PROXY/],
     ['only one of the TLS files', { TLS_CERT_FILE: '/etc/hostname' }, /TLS_KEY_FILE/],
+    ['an APP_NAME with a line break', { APP_NAME: 'Acme\nInc' }, /APP_NAME must be 1 to 60 characters/],
+    ['an APP_NAME of spaces', { APP_NAME: '   ' }, /APP_NAME must be 1 to 60 characters/],
+    ['an APP_URL that is not a web address', { APP_URL: 'javascript:alert(1)' }, /APP_URL must be a URL/],
     ['a TLS file that does not exist', { TLS_CERT_FILE: '/nope.pem', TLS_KEY_FILE: '/nope.key' }, /TLS_CERT_FILE names a file that does not exist/],
   ]
   for (const [name, env, message] of wrong) {

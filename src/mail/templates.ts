@@ -1,0 +1,87 @@
+import { html, type Html } from '../html.ts'
+import type { MailMessage } from './index.ts'
+
+/** What every mail of one deployment shares: the product's name (APP_NAME). */
+export interface MailBrand {
+  appName: string
+}
+
+interface ActionMail {
+  to: string
+  subject: string
+  intro: string
+  action: string
+  /** The sentence before the link, ending in a colon in the text part. */
+  lead: string
+  link: string
+  codeLabel: string
+  token: string
+  outro: string
+}
+
+/**
+ * One shape for every mail that carries a link: a plain-text part as before (the link and the
+ * bare code each on a line of their own) and an HTML part with the same link as a button. The
+ * HTML uses inline styles only and no images, and the link is also written out in full, so it
+ * reads the same in a client that blocks images or ignores styles.
+ */
+function actionMail(brand: MailBrand, mail: ActionMail): MailMessage {
+  const text = [mail.intro, '', `${mail.lead}:`, mail.link, '', `${mail.codeLabel}:`, mail.token, '', mail.outro].join('\n')
+  return { to: mail.to, subject: mail.subject, text, html: htmlDocument(brand, mail).value }
+}
+
+function htmlDocument(brand: MailBrand, mail: ActionMail): Html {
+  const font = 'font-family: -apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif'
+  return html`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${mail.subject}</title>
+</head>
+<body style="margin: 0; padding: 24px; background: #f4f5f7; color: #1c1f24; ${font}">
+<table role="presentation" width="100%" cellpadding="0" cellspacing="0" style="max-width: 560px; margin: 0 auto; background: #ffffff; border-radius: 8px;">
+<tr><td style="padding: 32px;">
+<p style="margin: 0 0 16px; font-size: 20px; font-weight: bold;">${brand.appName}</p>
+<p style="margin: 0 0 16px; font-size: 16px; line-height: 1.5;">${mail.intro}</p>
+<p style="margin: 0 0 24px; font-size: 16px; line-height: 1.5;">${mail.lead}.</p>
+<p style="margin: 0 0 24px;"><a href="${mail.link}" style="display: inline-block; padding: 12px 24px; background: #1d4ed8; color: #ffffff; text-decoration: none; border-radius: 6px; font-size: 16px; font-weight: bold;">${mail.action}</a></p>
+<p style="margin: 0 0 8px; font-size: 14px; line-height: 1.5;">If the button does not work, copy this address into your browser:</p>
+<p style="margin: 0 0 24px; font-size: 14px; line-height: 1.5; word-break: break-all;"><a href="${mail.link}" style="color: #1d4ed8;">${mail.link}</a></p>
+<p style="margin: 0 0 8px; font-size: 14px; line-height: 1.5;">${mail.codeLabel}:</p>
+<p style="margin: 0 0 24px; font-size: 14px; font-family: monospace; word-break: break-all;">${mail.token}</p>
+<p style="margin: 0; font-size: 14px; line-height: 1.5; color: #4b5563;">${mail.outro}</p>
+</td></tr>
+</table>
+</body>
+</html>
+`
+}
+
+export function verificationMail(brand: MailBrand, to: string, link: string, token: string): MailMessage {
+  return actionMail(brand, {
+    to,
+    subject: 'Verify your e-mail address',
+    intro: `Welcome to ${brand.appName}.`,
+    action: 'Verify my address',
+    lead: 'Open this link to verify your e-mail address (it works once, for 24 hours)',
+    link,
+    codeLabel: 'Or give this verification code to the application',
+    token,
+    outro: 'If you did not create an account, ignore this message.',
+  })
+}
+
+export function passwordResetMail(brand: MailBrand, to: string, link: string, token: string): MailMessage {
+  return actionMail(brand, {
+    to,
+    subject: 'Reset your password',
+    intro: `Someone asked to reset the password of your ${brand.appName} account.`,
+    action: 'Choose a new password',
+    lead: 'Open this link to choose a new password (it works once, for 1 hour)',
+    link,
+    codeLabel: 'Or give this reset code to the application',
+    token,
+    outro: 'If it was not you, ignore this message: your password stays as it is.',
+  })
+}
