@@ -24,6 +24,7 @@ import { protect } from './http/bearer.ts'
 import { installErrorHandling, sendError, toAppError } from './http/errors.ts'
 import { Metrics } from './http/metrics.ts'
 import { opsRoutes } from './http/ops.ts'
+import { pageRoutes } from './pages/routes.ts'
 import { installTransportSecurity, pathOf, setCommonHeaders } from './http/security.ts'
 import { installValidation } from './http/validation.ts'
 import { AppError } from './errors.ts'
@@ -210,6 +211,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
 
   const { auth, lifecycle, db: database, keys, watchlists, limits, hasher } = app.services
   await app.register(opsRoutes, { db: database, keys, metrics: app.services.metrics })
+  // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
+  await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand: { appName: config.appName, appUrl: config.appUrl } })
   await app.register(
     async (api) => {
       await api.register(async (open) => {

@@ -56,6 +56,13 @@ export function sendError(reply: FastifyReply, appError: AppError): FastifyReply
   return reply.type('application/json; charset=utf-8').send({ success: false, error })
 }
 
+/** 5xx internals (stack, SQL, driver text) go to the log with the request id, never to the client. */
+export function logServerError(request: FastifyRequest, appError: AppError, error: unknown): void {
+  if (appError.status < 500) return
+  const cause = (appError.cause ?? error) as Error
+  request.log.error({ err: { type: cause?.name, message: cause?.message, code: (cause as FastifyError)?.code, stack: cause?.stack } }, appError.code)
+}
+
 /**
  * One handler turns anything thrown into the envelope. 5xx internals (stack, SQL, driver text)
  * go to the log with the request id and never to the client.
@@ -63,10 +70,7 @@ export function sendError(reply: FastifyReply, appError: AppError): FastifyReply
 export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error, request: FastifyRequest, reply) => {
     const appError = toAppError(error)
-    if (appError.status >= 500) {
-      const cause = (appError.cause ?? error) as Error
-      request.log.error({ err: { type: cause?.name, message: cause?.message, code: (cause as FastifyError)?.code, stack: cause?.stack } }, appError.code)
-    }
+    logServerError(request, appError, error)
     return sendError(reply, appError)
   })
 

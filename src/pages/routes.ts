@@ -1,0 +1,184 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { LifecycleService } from '../accounts/lifecycle.ts'
+import { AUTH_BODY_LIMIT, requestContext } from '../auth/routes.ts'
+import type { AuthService } from '../auth/service.ts'
+import { AppError } from '../errors.ts'
+import type { Html } from '../html.ts'
+import { logServerError, toAppError } from '../http/errors.ts'
+import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
+import type { Limits } from '../limits/limits.ts'
+import { PAGE_CSP } from './style.ts'
+import { pages, type FieldErrors, type PageBrand } from './views.ts'
+
+export interface PageDeps {
+  auth: AuthService
+  lifecycle: LifecycleService
+  limits: Limits
+  hasher: { saturated(): boolean }
+  brand: PageBrand
+}
+
+/** Tokens are 43 characters; anything much longer is not one and is not worth hashing. */
+const TOKEN_MAX = 256
+
+type Form = Record<string, string>
+
+/**
+ * A urlencoded body as a prototype-less object of its first value per name: `__proto__` or
+ * `constructor` are ordinary keys here, and a repeated field cannot smuggle a second value past
+ * a check made on the first.
+ */
+function parseForm(body: string): Form {
+  const form: Form = Object.create(null)
+  for (const [name, value] of new URLSearchParams(body)) if (!(name in form)) form[name] = value
+  return form
+}
+
+function formOf(request: FastifyRequest): Form {
+  return (request.body as Form | undefined) ?? Object.create(null)
+}
+
+/** A repeated query parameter arrives as an array; only one plain string can be a token. */
+function tokenFrom(value: unknown): string | null {
+  return typeof value === 'string' && value.length > 0 && value.length <= TOKEN_MAX ? value : null
+}
+
+function send(reply: FastifyReply, status: number, page: Html): FastifyReply {
+  return reply.code(status).type('text/html; charset=utf-8').send(page.value)
+}
+
+function fieldErrors(error: unknown, rename: Record<string, string> = {}): FieldErrors | null {
+  if (!(error instanceof AppError) || error.code !== 'VALIDATION_ERROR' || !error.details) return null
+  const errors: FieldErrors = {}
+  for (const detail of error.details) {
+    const name = rename[detail.field] ?? detail.field
+    errors[name] ??= `This ${detail.field === 'email' ? 'address' : 'password'} ${detail.message}.`
+  }
+  return errors
+}
+
+/** What a person sees when something other than their input went wrong, by status. */
+function problemPage(brand: PageBrand, error: AppError, requestId: string): { status: number; page: Html } {
+  const page = (title: string, message: string, reference?: string) => ({ status: error.status, page: pages.problem(brand, title, message, reference) })
+  switch (error.status) {
+    case 413:
+      return page('That was too much', 'The form sent more data than this page accepts. Go back and try again.')
+    case 415:
+      return page('That form could not be read', 'This page accepts only its own form. Go back, reload the page and try again.')
+    case 429: {
+      const seconds = Number(error.headers['retry-after'] ?? 60)
+      const wait = seconds < 120 ? `${seconds} seconds` : `${Math.ceil(seconds / 60)} minutes`
+      return page('Too many attempts', `Too many requests came from your network. Try again in about ${wait}.`)
+    }
+    case 403:
+      return page('A secure connection is needed', 'Open this page with an https:// address.')
+    case 503:
+      return page('Busy right now', 'The service is busy or briefly unavailable. Try again in a moment.')
+    default:
+      if (error.status < 500) return page('That request could not be used', 'Something in the request was not right. Go back to the mail and open the link again.')
+      return page('Something went wrong', 'We could not finish this on our side. Try again in a few minutes.', requestId)
+  }
+}
+
+/**
+ * The pages a person reaches from a mailed link, rendered on the server and working without
+ * JavaScript. They call the same services as the JSON API, so limits, audit events, revocation
+ * and enumeration safety are those of the API. In their own scope: only here are form bodies
+ * parsed, and every failure answers as a page rather than the JSON envelope.
+ */
+export async function pageRoutes(app: FastifyInstance, deps: PageDeps): Promise<void> {
+  const { auth, lifecycle, limits, hasher, brand } = deps
+
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: AUTH_BODY_LIMIT }, (_request, body, done) => {
+    done(null, parseForm(body as string))
+  })
+
+  // The common headers (no-store, no-referrer, nosniff, HSTS) are set for every answer already;
+  // pages replace only the API's deny-all policy with their own.
+  app.addHook('onSend', async (_request, reply) => {
+    reply.header('content-security-policy', PAGE_CSP)
+  })
+
+  app.setErrorHandler((error, request, reply) => {
+    const appError = toAppError(error)
+    logServerError(request, appError, error)
+    for (const [name, value] of Object.entries(appError.headers)) reply.header(name, value)
+    const { status, page } = problemPage(brand, appError, request.id)
+    return send(reply, status, page)
+  })
+
+  // GET: show the button. The token is checked but never used up here (scanners fetch links);
+  // it moves from the URL into a hidden field, and the POST uses it.
+  app.get<{ Querystring: { token?: unknown } }>('/verify-email', async (request, reply) => {
+    const token = tokenFrom(request.query.token)
+    if (!token || !(await auth.verificationTokenIsLive(token))) return send(reply, 400, pages.verifyLinkDead(brand))
+    return send(reply, 200, pages.verifyConfirm(brand, token))
+  })
+
+  app.post('/verify-email', async (request, reply) => {
+    const token = tokenFrom(formOf(request).token)
+    if (!token) return send(reply, 400, pages.verifyLinkDead(brand))
+    try {
+      const { email } = await auth.verifyEmail(token, requestContext(request))
+      return send(reply, 200, pages.verified(brand, email))
+    } catch (error) {
+      if (error instanceof AppError && error.code === 'INVALID_VERIFICATION_TOKEN') return send(reply, 400, pages.verifyLinkDead(brand))
+      throw error
+    }
+  })
+
+  app.post('/resend-verification', { onRequest: limitByIp(limits, 'mail') }, async (request, reply) => {
+    const email = formOf(request).email ?? ''
+    try {
+      await auth.resendVerification(email)
+    } catch (error) {
+      const errors = fieldErrors(error)
+      if (errors) return send(reply, 400, pages.resendForm(brand, errors, email))
+      throw error
+    }
+    return send(reply, 200, pages.mailOnItsWay(brand))
+  })
+
+  app.get<{ Querystring: { token?: unknown } }>('/reset-password', async (request, reply) => {
+    const token = tokenFrom(request.query.token)
+    const email = token ? await lifecycle.resetTokenOwner(token) : null
+    if (!token || !email) return send(reply, 400, pages.resetLinkDead(brand))
+    return send(reply, 200, pages.resetForm(brand, token, email))
+  })
+
+  app.post('/reset-password', { onRequest: refuseWhenSaturated(hasher) }, async (request, reply) => {
+    const form = formOf(request)
+    const token = tokenFrom(form.token)
+    const email = token ? await lifecycle.resetTokenOwner(token) : null
+    if (!token || !email) return send(reply, 400, pages.resetLinkDead(brand))
+    const password = form.password ?? ''
+    // Checked here, before the service sees anything, so a typo consumes nothing.
+    if (password !== (form.password_confirmation ?? '')) {
+      return send(reply, 400, pages.resetForm(brand, token, email, { password_confirmation: 'The two passwords are not the same.' }))
+    }
+    try {
+      await lifecycle.resetPassword(token, password, requestContext(request))
+    } catch (error) {
+      const errors = fieldErrors(error)
+      if (errors) return send(reply, 400, pages.resetForm(brand, token, email, errors))
+      if (error instanceof AppError && error.code === 'INVALID_RESET_TOKEN') return send(reply, 400, pages.resetLinkDead(brand))
+      throw error
+    }
+    return send(reply, 200, pages.passwordChanged(brand))
+  })
+
+  app.get('/forgot-password', async (_request, reply) => send(reply, 200, pages.forgotForm(brand)))
+
+  app.post('/forgot-password', { onRequest: limitByIp(limits, 'mail') }, async (request, reply) => {
+    const email = formOf(request).email ?? ''
+    try {
+      lifecycle.forgotPassword(email, requestContext(request))
+    } catch (error) {
+      const errors = fieldErrors(error)
+      if (errors) return send(reply, 400, pages.forgotForm(brand, errors, email))
+      throw error
+    }
+    return send(reply, 200, pages.mailOnItsWay(brand))
+  })
+}
