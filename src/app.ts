@@ -71,6 +71,11 @@ declare module 'fastify' {
 const DEFAULT_BODY_LIMIT = 64 * 1024
 const API_VERSION = '1.0.0'
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/
+/** The interactive reference runs Swagger UI's own scripts and styles, from this origin only. */
+const DOCS_CSP = [
+  "default-src 'self'", "connect-src 'self'", "img-src 'self' data:", "font-src 'self' data:", "style-src 'self'",
+  "script-src 'self'", "script-src-attr 'none'", "object-src 'none'", "base-uri 'self'", "form-action 'self'", "frame-ancestors 'none'",
+].join('; ')
 
 /** Builds the whole service in-process: no listening and no process.* here (see server.ts). */
 export async function buildApp(config: Config, overrides: AppOverrides = {}): Promise<FastifyInstance> {
@@ -203,11 +208,15 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     openapi: {
       openapi: '3.1.0',
       info: { title: 'Portcullis', version: API_VERSION, description: 'Authentication service: register, verify, log in, refresh, bearer auth; sessions; watchlists.' },
-      servers: [{ url: config.publicUrl }],
+      // Relative to wherever the document is served (PUBLIC_URL's path, if it has one), so /docs
+      // can "Try it out" from any host name that reaches it without becoming a cross-origin call.
+      servers: [{ url: new URL(config.publicUrl).pathname, description: 'this server' }],
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } } },
     },
   })
-  await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: true, uiConfig: { url: '/openapi.json' } })
+  // The base layout leaves out Swagger UI's "explore any URL" bar (whose input carries an inline
+  // style the policy below refuses); no validator badge, so nothing is fetched from elsewhere.
+  await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: DOCS_CSP, validatorUrl: false, uiConfig: { layout: 'BaseLayout' } })
 
   const { auth, lifecycle, db: database, keys, watchlists, limits, hasher } = app.services
   await app.register(opsRoutes, { db: database, keys, metrics: app.services.metrics })

@@ -31,8 +31,8 @@ export function setCommonHeaders(request: FastifyRequest, reply: FastifyReply, p
   reply.header('referrer-policy', 'no-referrer')
   reply.header('cross-origin-opener-policy', 'same-origin')
   // The API answers JSON only: nothing it sends should ever run, load or be framed in a page.
-  // The one HTML page, the interactive reference under /docs, sets its own (self-only) policy.
-  if (!pathOf(request).startsWith('/docs')) reply.header('content-security-policy', "default-src 'none'; frame-ancestors 'none'")
+  // The HTML of /docs and of the mailed-link pages replaces this with a policy of its own.
+  reply.header('content-security-policy', "default-src 'none'; frame-ancestors 'none'")
   if (production) reply.header('strict-transport-security', 'max-age=31536000; includeSubDomains')
 }
 
