@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { createServer, type AddressInfo } from 'node:net'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { buildApp, type AppOverrides } from '../../src/app.ts'
 import { createArgon2Hasher } from '../../src/auth/passwords.ts'
@@ -116,4 +117,16 @@ export async function within(withinMs: number, probe: () => Promise<boolean>): P
     if (performance.now() - start > withinMs) throw new Error(`not true within ${withinMs} ms`)
     await new Promise((resolve) => setTimeout(resolve, 20))
   }
+}
+
+/** A loopback port nothing listens on right now, chosen by the OS. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer()
+    probe.once('error', reject)
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as AddressInfo
+      probe.close(() => resolve(port))
+    })
+  })
 }

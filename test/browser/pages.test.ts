@@ -1,0 +1,167 @@
+import assert from 'node:assert/strict'
+import { after, before, describe, test } from 'node:test'
+import path from 'node:path'
+import type { Browser, BrowserContext, Page } from 'playwright-core'
+import { launchBrowser, screenshotDir, seriousViolations } from '../helpers/browser.ts'
+import { ENGINES } from '../helpers/db.ts'
+import { linkFromMail } from '../helpers/mail.ts'
+import { freePort, PASSWORD, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+
+const NEW_PASSWORD = 'a fresh passphrase from the browser'
+const PHONE = { width: 390, height: 844 }
+
+/**
+ * A person finishing verification and reset from the mail alone, in Debian's Chromium with
+ * JavaScript switched off, on a phone-sized screen, against the real server on a socket. Each page
+ * is also checked with axe-core and kept as a screenshot.
+ */
+describe('the mailed-link pages in a real browser', () => {
+  let browser: Browser
+  let audit: Page
+  const shots = screenshotDir('pages')
+
+  before(async () => {
+    browser = await launchBrowser()
+    // axe needs script, which the flows' context has switched off: each page's markup, exactly as
+    // the browser received it, is audited here with the same viewport.
+    audit = await (await browser.newContext({ viewport: PHONE })).newPage()
+  })
+  after(async () => {
+    await browser?.close()
+  })
+
+  async function check(page: Page, name: string): Promise<void> {
+    await page.screenshot({ path: path.join(shots, `${name}.png`), fullPage: true })
+    await audit.setContent(await page.content())
+    const violations = await seriousViolations(audit)
+    assert.deepEqual(violations.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`), [], `axe on ${name}`)
+  }
+
+  for (const engine of ENGINES) {
+    describe(`on ${engine}`, () => {
+      let t: TestApp
+      let context: BrowserContext
+      let page: Page
+      const consoleErrors: string[] = []
+
+      before(async () => {
+        const port = await freePort()
+        t = await startTestApp(engine, { env: { PORT: String(port), PUBLIC_URL: `http://127.0.0.1:${port}` } })
+        await t.app.listen({ port, host: '127.0.0.1' })
+        context = await browser.newContext({ javaScriptEnabled: false, viewport: PHONE })
+        page = await context.newPage()
+        page.on('console', (message) => {
+          // Chromium reports a page's own 4xx status as a failed load; those statuses are asserted below.
+          if (message.type() === 'error' && !/status of 4\d\d/.test(message.text())) consoleErrors.push(message.text())
+        })
+      })
+      after(async () => {
+        await context?.close()
+        await t?.close()
+      })
+
+      const apiLogin = async (email: string, password: string) => (await t.post('/auth/login', { email, password })).statusCode
+      const heading = () => page.locator('h1').textContent()
+
+      test('verification: open the mailed link, press the button, the account can log in', async () => {
+        const email = uniqueEmail('browser')
+        assert.equal((await t.post('/auth/register', { email, password: PASSWORD, full_name: 'Browser User' })).statusCode, 201)
+        const link = linkFromMail(await t.mail.next(email))
+        assert.ok(link.startsWith(t.config.publicUrl))
+
+        const opened = await page.goto(link)
+        assert.equal(opened?.status(), 200)
+        assert.equal(await heading(), 'Confirm your e-mail address')
+        await check(page, `${engine}-1-verify-confirm`)
+        assert.equal(await apiLogin(email, PASSWORD), 403, 'opening the link verified nothing')
+
+        const [confirmed] = await Promise.all([page.waitForNavigation(), page.getByRole('button', { name: 'Confirm my address' }).click()])
+        assert.equal(confirmed?.status(), 200)
+        assert.ok(!page.url().includes('token='), 'the token left the URL for the form body')
+        assert.equal(await heading(), 'Address confirmed')
+        await check(page, `${engine}-2-verify-done`)
+        assert.equal(await apiLogin(email, PASSWORD), 200)
+
+        const reopened = await page.goto(link)
+        assert.equal(reopened?.status(), 400)
+        assert.equal(await heading(), 'This link no longer works')
+        await check(page, `${engine}-3-verify-dead-link`)
+      })
+
+      test('reset: ask for a link, open it, a mismatch is explained, the new password works and the old one not', async () => {
+        const email = uniqueEmail('browser')
+        await t.post('/auth/register', { email, password: PASSWORD, full_name: 'Browser User' })
+        await t.post('/auth/verify-email', { token: new URL(linkFromMail(await t.mail.next(email))).searchParams.get('token') })
+        const session = (await t.post('/auth/login', { email, password: PASSWORD })).json().data.access_token as string
+
+        await page.goto(`${t.config.publicUrl}/forgot-password`)
+        assert.equal(await heading(), 'Reset your password')
+        await check(page, `${engine}-4-forgot`)
+        await page.getByLabel('E-mail address').fill(email)
+        await Promise.all([page.waitForNavigation(), page.getByRole('button', { name: 'Send a reset link' }).click()])
+        assert.equal(await heading(), 'Check your mail')
+        await check(page, `${engine}-5-mail-sent`)
+
+        const link = linkFromMail(await t.mail.next(email))
+        await page.goto(link)
+        assert.equal(await heading(), 'Choose a new password')
+        assert.equal(await page.getByLabel('Account').inputValue(), email)
+        await check(page, `${engine}-6-reset-form`)
+
+        await page.getByLabel('New password', { exact: true }).fill(NEW_PASSWORD)
+        await page.getByLabel('Repeat the new password').fill(`${NEW_PASSWORD} typo`)
+        const [mismatch] = await Promise.all([page.waitForNavigation(), page.getByRole('button', { name: 'Change password' }).click()])
+        assert.equal(mismatch?.status(), 400)
+        const repeat = page.getByLabel('Repeat the new password')
+        assert.equal(await repeat.getAttribute('aria-invalid'), 'true')
+        assert.equal(await page.locator(`#${await repeat.getAttribute('aria-describedby')}`).textContent(), 'The two passwords are not the same.')
+        await check(page, `${engine}-7-reset-mismatch`)
+
+        await page.getByLabel('New password', { exact: true }).fill(NEW_PASSWORD)
+        await repeat.fill(NEW_PASSWORD)
+        const [changed] = await Promise.all([page.waitForNavigation(), page.getByRole('button', { name: 'Change password' }).click()])
+        assert.equal(changed?.status(), 200)
+        assert.equal(await heading(), 'Password changed')
+        await check(page, `${engine}-8-reset-done`)
+
+        assert.equal(await apiLogin(email, PASSWORD), 401, 'the old password is refused')
+        assert.equal(await apiLogin(email, NEW_PASSWORD), 200)
+        assert.equal((await t.get('/auth/me', session)).statusCode, 401, 'the earlier session was revoked')
+      })
+
+      test('no page logged an error in the browser console', (testContext) => {
+        assert.deepEqual(consoleErrors, [])
+        testContext.diagnostic(`screenshots in ${shots}`)
+      })
+    })
+  }
+
+  test('/docs loads with a clean console and "Try it out" reaches the server it is served from', async () => {
+    const port = await freePort()
+    // PUBLIC_URL names localhost while the browser uses 127.0.0.1: a different origin.
+    const t = await startTestApp('sqlite', { env: { PORT: String(port), PUBLIC_URL: `http://localhost:${port}` } })
+    await t.app.listen({ port, host: '127.0.0.1' })
+    const context = await browser.newContext()
+    try {
+      const page = await context.newPage()
+      const problems: string[] = []
+      page.on('console', (message) => {
+        if (message.type() === 'error' || message.type() === 'warning') problems.push(message.text())
+      })
+      page.on('pageerror', (error) => problems.push(error.message))
+      await page.goto(`http://127.0.0.1:${port}/docs`)
+      await page.getByText('/healthz', { exact: true }).click()
+      await page.getByRole('button', { name: 'Try it out' }).click()
+      await page.getByRole('button', { name: 'Execute' }).click()
+      const status = page.locator('.live-responses-table tbody .response-col_status').first()
+      await status.waitFor()
+      assert.equal((await status.textContent())?.trim().slice(0, 3), '200')
+      assert.equal(await page.locator('.request-url pre').textContent(), `http://127.0.0.1:${port}/healthz`)
+      await page.screenshot({ path: path.join(shots, 'docs.png') })
+      assert.deepEqual(problems, [])
+    } finally {
+      await context.close()
+      await t.close()
+    }
+  })
+})
