@@ -4,7 +4,7 @@ import path from 'node:path'
 import type { Browser, BrowserContext, Page } from 'playwright-core'
 import { launchBrowser, screenshotDir, seriousViolations } from '../helpers/browser.ts'
 import { ENGINES } from '../helpers/db.ts'
-import { linkFromMail } from '../helpers/mail.ts'
+import { linkFromMail, mailParts } from '../helpers/mail.ts'
 import { freePort, PASSWORD, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 
 const NEW_PASSWORD = 'a fresh passphrase from the browser'
@@ -66,8 +66,14 @@ describe('the mailed-link pages in a real browser', () => {
       test('verification: open the mailed link, press the button, the account can log in', async () => {
         const email = uniqueEmail('browser')
         assert.equal((await t.post('/auth/register', { email, password: PASSWORD, full_name: 'Browser User' })).statusCode, 201)
-        const link = linkFromMail(await t.mail.next(email))
+        const mail = await t.mail.next(email)
+        const link = linkFromMail(mail)
         assert.ok(link.startsWith(t.config.publicUrl))
+        // The HTML part as a mail client would render it: the button is a link to the same address.
+        await audit.setContent(mailParts(mail.raw).parts['text/html']!)
+        assert.equal(await audit.getByRole('link', { name: 'Verify my address' }).getAttribute('href'), link)
+        await audit.screenshot({ path: path.join(shots, `${engine}-0-mail.png`), fullPage: true })
+        assert.deepEqual(await seriousViolations(audit), [], 'axe on the HTML mail')
 
         const opened = await page.goto(link)
         assert.equal(opened?.status(), 200)
