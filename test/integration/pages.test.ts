@@ -177,6 +177,12 @@ for (const engine of ENGINES) {
         assert.ok(!bad.body.includes('<script>'))
         assert.match(bad.body, /value="&quot;&gt;&lt;script&gt;x&lt;\/script&gt;"/)
         assert.match(bad.body, /aria-describedby="email-error" aria-invalid="true"/)
+        for (const path of ['/forgot-password', '/resend-verification']) {
+          const missing = await submit(path, {})
+          assert.equal(missing.statusCode, 400, path)
+          isHtmlPage(missing)
+          assert.match(missing.body, /<p class="error" id="email-error">This address is required.<\/p>/)
+        }
       })
 
       test('a refused request (wrong content type, too large a body) consumes nothing', async () => {
