@@ -7,6 +7,7 @@ import Fastify, { LogController, type FastifyInstance } from 'fastify'
 import { LifecycleService } from './accounts/lifecycle.ts'
 import { protectedLifecycleRoutes, publicLifecycleRoutes } from './accounts/routes.ts'
 import { AccountService } from './accounts/service.ts'
+import { CookieTransport } from './auth/cookie-transport.ts'
 import { KeyStore } from './auth/keys.ts'
 import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
 import { Limits } from './limits/limits.ts'
@@ -196,8 +197,18 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     )
   })
 
+  const cookies = new CookieTransport({
+    basePath: config.basePath,
+    secure: config.production || config.publicUrl.startsWith('https://'),
+    allowedOrigins: [new URL(config.publicUrl).origin, ...config.corsOrigins],
+  })
   app.services.metrics.install(app)
-  installTransportSecurity(app, { production: config.production, nativeTls: config.tls !== undefined, corsOrigins: config.corsOrigins })
+  installTransportSecurity(app, {
+    production: config.production,
+    nativeTls: config.tls !== undefined,
+    corsOrigins: config.corsOrigins,
+    credentialPaths: cookies.routes(),
+  })
   installValidation(app)
   installErrorHandling(app)
 
@@ -225,8 +236,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   await app.register(
     async (api) => {
       await api.register(async (open) => {
-        await publicAuthRoutes(open, auth, limits, hasher)
-        await publicLifecycleRoutes(open, lifecycle, limits, hasher)
+        await publicAuthRoutes(open, auth, limits, hasher, cookies)
+        await publicLifecycleRoutes(open, lifecycle, limits, hasher, cookies)
       })
       await api.register(async (scope) => {
         protect(scope, auth)

@@ -20,6 +20,7 @@ export const ErrorCodes = {
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The request body must be application/json.' },
   LIMIT_EXCEEDED: { status: 409, message: 'A limit has been reached.' },
   HTTPS_REQUIRED: { status: 403, message: 'This service only answers over HTTPS.' },
+  ORIGIN_NOT_ALLOWED: { status: 403, message: 'This origin may not use the browser session cookie.' },
   RATE_LIMITED: { status: 429, message: 'Too many requests; try again later.' },
   INTERNAL_ERROR: { status: 500, message: 'An internal error occurred.' },
   SERVICE_UNAVAILABLE: { status: 503, message: 'The service is temporarily unavailable; try again later.' },

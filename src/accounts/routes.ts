@@ -1,7 +1,8 @@
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
-import { AUTH_BODY_LIMIT, Email, Jwt, OneTimeToken, Password, requestContext } from '../auth/routes.ts'
+import { AUTH_BODY_LIMIT, Email, emptyBodyAsObject, OneTimeToken, Password, RefreshTokenBody, refreshTokenOf, requestContext } from '../auth/routes.ts'
+import { TransportHeaders, type CookieTransport } from '../auth/cookie-transport.ts'
 import { principalOf } from '../http/bearer.ts'
 import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import type { Limits } from '../limits/limits.ts'
@@ -12,15 +13,22 @@ const tags = ['sessions']
 const security = [{ bearer: [] }]
 const Revoked = Envelope(Type.Object({ revoked: Type.Integer({ description: 'How many sessions this call revoked' }) }))
 
-export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, limits: Limits, hasher: { saturated(): boolean }): Promise<void> {
+export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const common = { bodyLimit: AUTH_BODY_LIMIT }
 
   app.post('/auth/logout', {
     ...common,
-    schema: { tags, operationId: 'logout', body: Body({ refresh_token: Jwt }), response: { 200: Envelope(Type.Object({})) } },
-  }, async (request) => {
-    await lifecycle.logout(request.body.refresh_token, requestContext(request))
+    preValidation: emptyBodyAsObject,
+    schema: { tags, operationId: 'logout', headers: TransportHeaders, body: RefreshTokenBody, response: { 200: Envelope(Type.Object({})) } },
+  }, async (request, reply) => {
+    const token = refreshTokenOf(request, request.body, cookies)
+    if (cookies.requested(request)) {
+      // Logging out always ends with the cookie gone, even when it was already stale or missing.
+      cookies.clear(reply)
+      if (token === null) return ok({}, 'Logged out.')
+    }
+    await lifecycle.logout(token!, requestContext(request))
     return ok({}, 'Logged out.')
   })
 

@@ -8,9 +8,12 @@ import { Body, Envelope, ok } from '../http/schemas.ts'
 import type { RequestContext } from '../accounts/audit.ts'
 import type { AuthService } from './service.ts'
 import { PASSWORD_MAX, PASSWORD_MIN } from './passwords.ts'
+import { AppError } from '../errors.ts'
+import { TransportHeaders, type CookieTransport } from './cookie-transport.ts'
+import { REFRESH_TTL_SECONDS } from './tokens.ts'
 
 /** Auth bodies are small; a large one is refused before any parsing or hashing (16 KiB). */
-export { Email, Password, Jwt, OneTimeToken }
+export { Email, Password, Jwt, OneTimeToken, RefreshTokenBody }
 
 export const AUTH_BODY_LIMIT = 16 * 1024
 
@@ -27,12 +30,47 @@ const TokenPair = Type.Object({
   expires_in: Type.Integer(),
 })
 
+/** Login with X-Token-Transport: cookie: the same members in the same order, less the refresh token. */
+const CookieTokenPair = Type.Object({
+  access_token: Type.String(),
+  token_type: Type.Literal('bearer'),
+  expires_in: Type.Integer(),
+}, { additionalProperties: false, description: 'With X-Token-Transport: cookie; the refresh token is in the cookie' })
+
+/** The refresh token in the body, required unless the request opted into the cookie. */
+const RefreshTokenBody = Body({ refresh_token: Type.Optional({ ...Jwt, description: 'Required, except with X-Token-Transport: cookie, which forbids it' }) })
+
+/**
+ * Cookie-mode routes may have no body at all (the seed has clients send the JSON content type
+ * with an empty one); the schema then sees an empty object, and the handler decides.
+ */
+export async function emptyBodyAsObject(request: FastifyRequest): Promise<void> {
+  if (request.body === undefined) request.body = {}
+}
+
+/**
+ * Where the refresh token of this request is: the cookie when the request opted in (from an
+ * allowed origin, and then never the body), otherwise the body, where it is required.
+ */
+export function refreshTokenOf(request: FastifyRequest, body: { refresh_token?: string | undefined }, cookies: CookieTransport): string | null {
+  if (cookies.requested(request)) {
+    cookies.assertOriginAllowed(request)
+    if (body.refresh_token !== undefined) {
+      throw new AppError('VALIDATION_ERROR', { details: [{ field: 'refresh_token', message: 'must not be sent in the body with X-Token-Transport: cookie' }] })
+    }
+    return cookies.read(request)
+  }
+  const token = body.refresh_token
+  if (token === undefined) throw new AppError('VALIDATION_ERROR', { details: [{ field: 'refresh_token', message: 'is required' }] })
+  return token
+}
+
 export function requestContext(request: FastifyRequest): RequestContext {
   const agent = request.headers['user-agent']
   return { ip: request.ip, userAgent: typeof agent === 'string' ? agent : null, requestId: request.id }
 }
 
-export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthService, limits: Limits, hasher: { saturated(): boolean }): Promise<void> {
+export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthService, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const common = { bodyLimit: AUTH_BODY_LIMIT }
 
@@ -88,20 +126,42 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
     schema: {
       tags: ['auth'],
       operationId: 'login',
+      headers: TransportHeaders,
       body: Body({ email: Email, password: Password }),
-      response: { 200: Envelope(TokenPair) },
+      response: { 200: Envelope(Type.Union([TokenPair, CookieTokenPair])) },
     },
-  }, async (request) => ok(await auth.login(request.body, requestContext(request))))
+  }, async (request, reply) => {
+    const cookieMode = cookies.requested(request)
+    if (cookieMode) cookies.assertOriginAllowed(request)
+    const tokens = await auth.login(request.body, requestContext(request))
+    if (!cookieMode) return ok(tokens)
+    // The refresh token goes where script cannot read it; the body keeps the seed's other fields.
+    const { refresh_token: refreshToken, ...rest } = tokens
+    cookies.set(reply, refreshToken, REFRESH_TTL_SECONDS)
+    return ok(rest)
+  })
 
   app.post('/auth/refresh', {
     ...common,
+    preValidation: emptyBodyAsObject,
     schema: {
       tags: ['auth'],
       operationId: 'refresh',
-      body: Body({ refresh_token: Jwt }),
+      headers: TransportHeaders,
+      body: RefreshTokenBody,
       response: { 200: Envelope(Type.Object({ access_token: Type.String(), expires_in: Type.Integer() })) },
     },
-  }, async (request) => ok(await auth.refresh(request.body.refresh_token, requestContext(request))))
+  }, async (request, reply) => {
+    const token = refreshTokenOf(request, request.body, cookies)
+    try {
+      if (token === null) throw new AppError('INVALID_REFRESH_TOKEN')
+      return ok(await auth.refresh(token, requestContext(request)))
+    } catch (error) {
+      // A dead session's cookie is worthless: drop it, so the browser stops sending it.
+      if (cookies.requested(request) && error instanceof AppError && error.code === 'INVALID_REFRESH_TOKEN') cookies.clear(reply)
+      throw error
+    }
+  })
 }
 
 export async function protectedAuthRoutes(fastify: FastifyInstance, auth: AuthService): Promise<void> {

@@ -6,6 +6,8 @@ export interface TransportOptions {
   /** TLS terminated by this process; otherwise (in production) a trusted proxy terminates it. */
   nativeTls: boolean
   corsOrigins: string[]
+  /** The cookie-mode routes: the only ones whose CORS answers allow credentials. */
+  credentialPaths: string[]
 }
 
 // Probes from a load balancer inside the network often use plain HTTP; they carry no secrets.
@@ -42,6 +44,7 @@ export function setCommonHeaders(request: FastifyRequest, reply: FastifyReply, p
  */
 export function installTransportSecurity(app: FastifyInstance, options: TransportOptions): void {
   const origins = new Set(options.corsOrigins)
+  const credentialPaths = new Set(options.credentialPaths)
 
   app.addHook('onRequest', async (request: FastifyRequest, reply) => {
     if (options.production) {
@@ -55,17 +58,19 @@ export function installTransportSecurity(app: FastifyInstance, options: Transpor
     if (typeof origin === 'string' && origins.has(origin)) {
       reply.header('access-control-allow-origin', origin)
       reply.header('access-control-expose-headers', 'x-request-id, retry-after, ratelimit-limit, ratelimit-remaining, ratelimit-reset, www-authenticate')
+      if (credentialPaths.has(pathOf(request))) reply.header('access-control-allow-credentials', 'true')
     }
     if (origins.size > 0) reply.header('vary', 'Origin')
   })
 
   if (origins.size > 0) {
-    // Preflight. Bearer tokens travel in a header, never a cookie, so credentials are not allowed.
+    // Preflight. Bearer tokens travel in a header, so credentials (cookies) are allowed only on
+    // the cookie-mode routes, where the refresh cookie is the point.
     app.options('*', async (request, reply) => {
       const origin = request.headers.origin
       if (typeof origin === 'string' && origins.has(origin)) {
         reply.header('access-control-allow-methods', 'GET, POST, PATCH, DELETE')
-        reply.header('access-control-allow-headers', 'authorization, content-type, x-request-id')
+        reply.header('access-control-allow-headers', 'authorization, content-type, x-request-id, x-token-transport')
         reply.header('access-control-max-age', '600')
       }
       return reply.code(204).send()

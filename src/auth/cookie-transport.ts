@@ -1,0 +1,82 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import Type from 'typebox'
+import { AppError } from '../errors.ts'
+
+/**
+ * Browser sessions (API.md, "Browser sessions"): with `X-Token-Transport: cookie` the refresh token
+ * travels in an HttpOnly cookie that script cannot read, and never in a body.
+ */
+export const TOKEN_TRANSPORT_HEADER = 'x-token-transport'
+
+/** The header as a request schema: documents it in OpenAPI, and any other value is a VALIDATION_ERROR. */
+export const TransportHeaders = Type.Object({
+  [TOKEN_TRANSPORT_HEADER]: Type.Optional(Type.Literal('cookie', { description: 'Browser session: the refresh token travels in an HttpOnly cookie' })),
+})
+
+export interface CookieTransportOptions {
+  basePath: string
+  /** Production, or a development server reached over https. */
+  secure: boolean
+  /** PUBLIC_URL's origin and CORS_ORIGINS. */
+  allowedOrigins: string[]
+}
+
+export class CookieTransport {
+  readonly name: string
+  readonly path: string
+  private readonly secure: boolean
+  private readonly allowedOrigins: Set<string>
+
+  constructor(options: CookieTransportOptions) {
+    this.secure = options.secure
+    // The __Secure- prefix makes a browser refuse the cookie unless it is Secure and came over https.
+    this.name = options.secure ? '__Secure-portcullis_refresh' : 'portcullis_refresh'
+    // Sent only to the auth routes, never to watchlists or an application's other paths.
+    this.path = `${options.basePath}/auth`
+    this.allowedOrigins = new Set(options.allowedOrigins)
+  }
+
+  /** The exact paths that use the cookie: the only ones CORS answers with credentials. */
+  routes(): string[] {
+    return ['/login', '/refresh', '/logout'].map((route) => this.path + route)
+  }
+
+  /** A cookie without the header is ignored: only a request that opted in uses it. */
+  requested(request: FastifyRequest): boolean {
+    return request.headers[TOKEN_TRANSPORT_HEADER] === 'cookie'
+  }
+
+  /**
+   * The header is the CSRF defence (a cross-site form cannot send it, and a cross-origin script
+   * needs a preflight only CORS_ORIGINS pass); a browser's Origin is checked as well, so a page of
+   * a foreign origin is refused even where CORS is misconfigured. Programs send no Origin.
+   */
+  assertOriginAllowed(request: FastifyRequest): void {
+    const origin = request.headers.origin
+    if (origin !== undefined && !this.allowedOrigins.has(origin)) throw new AppError('ORIGIN_NOT_ALLOWED')
+  }
+
+  read(request: FastifyRequest): string | null {
+    const header = request.headers.cookie
+    if (typeof header !== 'string') return null
+    for (const pair of header.split(';')) {
+      const separator = pair.indexOf('=')
+      if (separator !== -1 && pair.slice(0, separator).trim() === this.name) return pair.slice(separator + 1).trim() || null
+    }
+    return null
+  }
+
+  set(reply: FastifyReply, refreshToken: string, maxAgeSeconds: number): void {
+    reply.header('set-cookie', this.serialise(refreshToken, maxAgeSeconds))
+  }
+
+  clear(reply: FastifyReply): void {
+    reply.header('set-cookie', this.serialise('', 0))
+  }
+
+  private serialise(value: string, maxAgeSeconds: number): string {
+    const attributes = [`${this.name}=${value}`, `Max-Age=${maxAgeSeconds}`, `Path=${this.path}`, 'HttpOnly', 'SameSite=Strict']
+    if (this.secure) attributes.push('Secure')
+    return attributes.join('; ')
+  }
+}
