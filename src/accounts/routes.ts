@@ -1,17 +1,17 @@
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import Type from 'typebox'
-import { AUTH_BODY_LIMIT, Email, emptyBodyAsObject, OneTimeToken, Password, RefreshTokenBody, refreshTokenOf, requestContext } from '../auth/routes.ts'
+import { AUTH_BODY_LIMIT, emptyBodyAsObject, refreshTokenOf, requestContext } from '../auth/routes.ts'
+import { Accepted, EmailBody, RefreshTokenBody } from '../auth/schemas.ts'
 import { TransportHeaders, type CookieTransport } from '../auth/cookie-transport.ts'
 import { principalOf } from '../http/bearer.ts'
 import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import type { Limits } from '../limits/limits.ts'
-import { Body, Envelope, ok } from '../http/schemas.ts'
+import { ok } from '../http/schemas.ts'
 import type { LifecycleService } from './lifecycle.ts'
+import { ChangePasswordBody, LoggedOut, PasswordReset, ResetPasswordBody, Revoked, SessionParams, SessionRevoked, Sessions } from './schemas.ts'
 
 const tags = ['sessions']
 const security = [{ bearer: [] }]
-const Revoked = Envelope(Type.Object({ revoked: Type.Integer({ description: 'How many sessions this call revoked' }) }))
 
 export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
@@ -20,7 +20,7 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
   app.post('/auth/logout', {
     ...common,
     preValidation: emptyBodyAsObject,
-    schema: { tags, operationId: 'logout', headers: TransportHeaders, body: RefreshTokenBody, response: { 200: Envelope(Type.Object({})) } },
+    schema: { tags, operationId: 'logout', headers: TransportHeaders, body: RefreshTokenBody, response: { 200: LoggedOut } },
   }, async (request, reply) => {
     const token = refreshTokenOf(request, request.body, cookies)
     if (cookies.requested(request)) {
@@ -35,7 +35,7 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
   app.post('/auth/forgot-password', {
     ...common,
     onRequest: limitByIp(limits, 'mail'),
-    schema: { tags: ['password'], operationId: 'forgotPassword', body: Body({ email: Email }), response: { 202: Envelope(Type.Object({})) } },
+    schema: { tags: ['password'], operationId: 'forgotPassword', body: EmailBody, response: { 202: Accepted } },
   }, async (request, reply) => {
     lifecycle.forgotPassword(request.body.email, requestContext(request))
     return reply.code(202).send(ok({}, 'If the address has an account, a password reset mail is on its way.'))
@@ -44,7 +44,7 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
   app.post('/auth/reset-password', {
     ...common,
     onRequest: refuseWhenSaturated(hasher),
-    schema: { tags: ['password'], operationId: 'resetPassword', body: Body({ token: OneTimeToken, password: Password }), response: { 200: Envelope(Type.Object({})) } },
+    schema: { tags: ['password'], operationId: 'resetPassword', body: ResetPasswordBody, response: { 200: PasswordReset } },
   }, async (request) => {
     await lifecycle.resetPassword(request.body.token, request.body.password, requestContext(request))
     return ok({}, 'Password changed. Every session has been logged out; log in with the new password.')
@@ -61,24 +61,14 @@ export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecyc
   app.get('/auth/sessions', {
     schema: {
       tags, security, operationId: 'listSessions',
-      response: {
-        200: Envelope(Type.Object({
-          sessions: Type.Array(Type.Object({
-            id: Type.String({ format: 'uuid' }),
-            created_at: Type.String({ format: 'date-time' }),
-            last_used_at: Type.String({ format: 'date-time' }),
-            user_agent: Type.Union([Type.String(), Type.Null()]),
-            current: Type.Boolean(),
-          })),
-        })),
-      },
+      response: { 200: Sessions },
     },
   }, async (request) => ok({ sessions: await lifecycle.listSessions(principalOf(request)) }))
 
   app.delete('/auth/sessions/:id', {
     schema: {
-      tags, security, operationId: 'revokeSession', params: Type.Object({ id: Type.String({ maxLength: 64 }) }),
-      response: { 200: Envelope(Type.Object({ id: Type.String(), revoked: Type.Literal(true) })) },
+      tags, security, operationId: 'revokeSession', params: SessionParams,
+      response: { 200: SessionRevoked },
     },
   }, async (request) => {
     await lifecycle.revokeSession(principalOf(request), request.params.id, requestContext(request))
@@ -90,7 +80,7 @@ export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecyc
     onRequest: refuseWhenSaturated(hasher),
     schema: {
       tags: ['password'], security, operationId: 'changePassword',
-      body: Body({ current_password: Password, new_password: Password }),
+      body: ChangePasswordBody,
       response: { 200: Revoked },
     },
   }, async (request) => {

@@ -1,44 +1,18 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import Type from 'typebox'
 import { principalOf } from '../http/bearer.ts'
 import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import type { Limits } from '../limits/limits.ts'
-import { Body, Envelope, ok } from '../http/schemas.ts'
+import { ok } from '../http/schemas.ts'
 import type { RequestContext } from '../accounts/audit.ts'
 import type { AuthService } from './service.ts'
-import { PASSWORD_MAX, PASSWORD_MIN } from './passwords.ts'
+import { Accepted, EmailBody, LoggedIn, LoginBody, Me, RefreshTokenBody, Refreshed, Registered, RegisterBody, TokenBody, Verified } from './schemas.ts'
 import { AppError } from '../errors.ts'
 import { TransportHeaders, type CookieTransport } from './cookie-transport.ts'
 import { REFRESH_TTL_SECONDS } from './tokens.ts'
 
 /** Auth bodies are small; a large one is refused before any parsing or hashing (16 KiB). */
-export { Email, Password, Jwt, OneTimeToken, RefreshTokenBody }
-
 export const AUTH_BODY_LIMIT = 16 * 1024
-
-const Email = Type.String({ minLength: 1, maxLength: 320, description: 'Trimmed, NFC-normalised and lower-cased before use' })
-// The upper bound is enforced again in code points by the password policy; this one stops huge input early.
-const Password = Type.String({ minLength: 1, maxLength: 1024, description: `${PASSWORD_MIN} to ${PASSWORD_MAX} Unicode code points` })
-const Jwt = Type.String({ minLength: 1, maxLength: 4096 })
-const OneTimeToken = Type.String({ minLength: 1, maxLength: 256 })
-
-const TokenPair = Type.Object({
-  access_token: Type.String(),
-  refresh_token: Type.String(),
-  token_type: Type.Literal('bearer'),
-  expires_in: Type.Integer(),
-})
-
-/** Login with X-Token-Transport: cookie: the same members in the same order, less the refresh token. */
-const CookieTokenPair = Type.Object({
-  access_token: Type.String(),
-  token_type: Type.Literal('bearer'),
-  expires_in: Type.Integer(),
-}, { additionalProperties: false, description: 'With X-Token-Transport: cookie; the refresh token is in the cookie' })
-
-/** The refresh token in the body, required unless the request opted into the cookie. */
-const RefreshTokenBody = Body({ refresh_token: Type.Optional({ ...Jwt, description: 'Required, except with X-Token-Transport: cookie, which forbids it' }) })
 
 /**
  * Cookie-mode routes may have no body at all (the seed has clients send the JSON content type
@@ -80,13 +54,8 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
     schema: {
       tags: ['auth'],
       operationId: 'register',
-      body: Body({ email: Email, password: Password, full_name: Type.String({ maxLength: 1024 }) }),
-      response: {
-        201: Envelope(
-          Type.Object({ user_id: Type.String({ format: 'uuid' }), email: Type.String(), verification_required: Type.Boolean() }),
-          { message: true },
-        ),
-      },
+      body: RegisterBody,
+      response: { 201: Registered },
     },
   }, async (request, reply) => {
     const user = await auth.register(request.body, requestContext(request))
@@ -101,8 +70,8 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
     schema: {
       tags: ['auth'],
       operationId: 'verifyEmail',
-      body: Body({ token: OneTimeToken }),
-      response: { 200: Envelope(Type.Object({ email: Type.String(), verified: Type.Literal(true) })) },
+      body: TokenBody,
+      response: { 200: Verified },
     },
   }, async (request) => ok(await auth.verifyEmail(request.body.token, requestContext(request))))
 
@@ -112,8 +81,8 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
     schema: {
       tags: ['auth'],
       operationId: 'resendVerification',
-      body: Body({ email: Email }),
-      response: { 202: Envelope(Type.Object({})) },
+      body: EmailBody,
+      response: { 202: Accepted },
     },
   }, async (request, reply) => {
     await auth.resendVerification(request.body.email)
@@ -127,8 +96,8 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
       tags: ['auth'],
       operationId: 'login',
       headers: TransportHeaders,
-      body: Body({ email: Email, password: Password }),
-      response: { 200: Envelope(Type.Union([TokenPair, CookieTokenPair])) },
+      body: LoginBody,
+      response: { 200: LoggedIn },
     },
   }, async (request, reply) => {
     const cookieMode = cookies.requested(request)
@@ -149,7 +118,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
       operationId: 'refresh',
       headers: TransportHeaders,
       body: RefreshTokenBody,
-      response: { 200: Envelope(Type.Object({ access_token: Type.String(), expires_in: Type.Integer() })) },
+      response: { 200: Refreshed },
     },
   }, async (request, reply) => {
     const token = refreshTokenOf(request, request.body, cookies)
@@ -171,17 +140,7 @@ export async function protectedAuthRoutes(fastify: FastifyInstance, auth: AuthSe
       tags: ['auth'],
       operationId: 'me',
       security: [{ bearer: [] }],
-      response: {
-        200: Envelope(
-          Type.Object({
-            user_id: Type.String({ format: 'uuid' }),
-            email: Type.String(),
-            full_name: Type.String(),
-            email_verified: Type.Boolean(),
-            created_at: Type.String({ format: 'date-time' }),
-          }),
-        ),
-      },
+      response: { 200: Me },
     },
   }, async (request) => ok(await auth.me(principalOf(request))))
 }

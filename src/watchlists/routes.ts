@@ -1,12 +1,10 @@
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import Type from 'typebox'
 import { principalOf } from '../http/bearer.ts'
-import { Envelope, ok } from '../http/schemas.ts'
-import { AddSymbolBody, CreateBody, IdParams, ListQuery, SymbolParams, UpdateBody, Watchlist } from './schemas.ts'
+import { ok } from '../http/schemas.ts'
+import { AddSymbolBody, CreateBody, Deleted, IdParams, ListQuery, One, Page, SymbolParams, UpdateBody } from './schemas.ts'
 import type { WatchlistService } from './service.ts'
 
-const One = Envelope(Type.Object({ watchlist: Watchlist }))
 const security = [{ bearer: [] }]
 
 /** Registered inside the bearer-auth scope: every route here needs a valid access token. */
@@ -17,7 +15,7 @@ export async function watchlistRoutes(fastify: FastifyInstance, service: Watchli
   app.get('/watchlists', {
     schema: {
       tags, security, operationId: 'listWatchlists', querystring: ListQuery,
-      response: { 200: Envelope(Type.Object({ watchlists: Type.Array(Watchlist), next_cursor: Type.Union([Type.String(), Type.Null()]) })) },
+      response: { 200: Page },
     },
   }, async (request) => ok(await service.list(principalOf(request).userId, request.query)))
 
@@ -39,7 +37,7 @@ export async function watchlistRoutes(fastify: FastifyInstance, service: Watchli
   app.delete('/watchlists/:id', {
     schema: {
       tags, security, operationId: 'deleteWatchlist', params: IdParams,
-      response: { 200: Envelope(Type.Object({ id: Type.String(), deleted: Type.Literal(true) })) },
+      response: { 200: Deleted },
     },
   }, async (request) => {
     await service.remove(principalOf(request).userId, request.params.id)

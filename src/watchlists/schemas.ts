@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import { Body } from '../http/schemas.ts'
+import { Body, Envelope } from '../http/schemas.ts'
 
 export const NAME_MAX = 100
 export const SYMBOLS_MAX = 200
@@ -42,3 +42,7 @@ export const ListQuery = Type.Object(
   },
   { additionalProperties: false },
 )
+
+export const One = Envelope(Type.Object({ watchlist: Watchlist }))
+export const Page = Envelope(Type.Object({ watchlists: Type.Array(Watchlist), next_cursor: Type.Union([Type.String(), Type.Null()]) }))
+export const Deleted = Envelope(Type.Object({ id: Type.String(), deleted: Type.Literal(true) }))
