@@ -1,5 +1,5 @@
 import Type from 'typebox'
-import { Body, Envelope } from '../http/schemas.ts'
+import { Body, Envelope, EnvelopeWithMessage } from '../http/schemas.ts'
 import { PASSWORD_MAX, PASSWORD_MIN } from './passwords.ts'
 
 /**
@@ -13,9 +13,8 @@ export const Jwt = Type.String({ minLength: 1, maxLength: 4096 })
 export const OneTimeToken = Type.String({ minLength: 1, maxLength: 256 })
 
 export const RegisterBody = Body({ email: Email, password: Password, full_name: Type.String({ maxLength: 1024 }) })
-export const Registered = Envelope(
+export const Registered = EnvelopeWithMessage(
   Type.Object({ user_id: Type.String({ format: 'uuid' }), email: Type.String(), verification_required: Type.Boolean() }),
-  { message: true },
 )
 
 export const TokenBody = Body({ token: OneTimeToken })

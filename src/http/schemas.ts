@@ -1,13 +1,14 @@
 import Type, { type TSchema } from 'typebox'
 import { ErrorCodes } from '../errors.ts'
 
-/** `{success: true, data, message?}` around a payload schema, exactly as the seed describes. */
-export function Envelope<T extends TSchema>(data: T, options: { message?: boolean } = {}) {
-  return Type.Object(
-    options.message
-      ? { success: Type.Literal(true), data, message: Type.String() }
-      : { success: Type.Literal(true), data },
-  )
+/** `{success: true, data}` around a payload schema, exactly as the seed describes. */
+export function Envelope<T extends TSchema>(data: T) {
+  return Type.Object({ success: Type.Literal(true), data })
+}
+
+/** `{success: true, data, message}`: the seed's registration answer carries a message. */
+export function EnvelopeWithMessage<T extends TSchema>(data: T) {
+  return Type.Object({ success: Type.Literal(true), data, message: Type.String() })
 }
 
 export const ErrorEnvelope = Type.Object({
@@ -27,6 +28,8 @@ export function Body<T extends Record<string, TSchema>>(properties: T) {
   return Type.Object(properties, { additionalProperties: false })
 }
 
+export function ok<T>(data: T): { success: true; data: T }
+export function ok<T>(data: T, message: string): { success: true; data: T; message: string }
 export function ok<T>(data: T, message?: string) {
   return message === undefined ? { success: true as const, data } : { success: true as const, data, message }
 }

@@ -1,0 +1,25 @@
+import type { ClientErrorCode, ErrorDetail } from './types.ts'
+
+/**
+ * Every failure of a client call. `status` is the HTTP status, or 0 when no answer arrived
+ * (`code` NETWORK_ERROR, the cause attached); `requestId` joins it to the server's log line.
+ */
+export class PortcullisError extends Error {
+  readonly code: ClientErrorCode
+  readonly status: number
+  readonly details: ErrorDetail[] | undefined
+  readonly requestId: string | undefined
+
+  constructor(init: { code: ClientErrorCode; status: number; message: string; details?: ErrorDetail[] | undefined; requestId?: string | undefined; cause?: unknown }) {
+    super(init.message, init.cause === undefined ? undefined : { cause: init.cause })
+    this.name = 'PortcullisError'
+    this.code = init.code
+    this.status = init.status
+    this.details = init.details
+    this.requestId = init.requestId
+  }
+
+  get isNetworkError(): boolean {
+    return this.code === 'NETWORK_ERROR'
+  }
+}

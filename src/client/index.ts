@@ -1,0 +1,437 @@
+import { PortcullisError } from './errors.ts'
+import { memoryStorage, type TokenStorage } from './storage.ts'
+import { Tabs } from './tabs.ts'
+import type {
+  ChangePasswordInput, CreateWatchlistInput, LoginInput, LoginResult, Me, RefreshResult, RegisterInput, Registration,
+  Session, SessionRevocation, UpdateWatchlistInput, Verification, Watchlist, WatchlistDeletion, WatchlistPage, WatchlistQuery,
+} from './types.ts'
+
+export { PortcullisError } from './errors.ts'
+export { memoryStorage, type TokenStorage, type Tokens } from './storage.ts'
+export type * from './types.ts'
+
+/**
+ * `body`: tokens in the JSON bodies, kept in the TokenStorage (Node services, native apps).
+ * `cookie`: browsers; the refresh token lives in an HttpOnly cookie that script never sees, and the
+ * access token only in this object's memory.
+ */
+export type Transport = 'body' | 'cookie'
+
+/**
+ * `revoked`: the server refused the access token as INVALID_TOKEN (logged out elsewhere, password
+ * reset); `refresh_failed`: the refresh was refused; `ended_in_another_tab`: cookie transport.
+ */
+export type SessionEndReason = 'revoked' | 'refresh_failed' | 'ended_in_another_tab'
+
+export interface PortcullisClientOptions {
+  /** The API's base address, version segment included: `https://auth.example.com/v1`. */
+  baseUrl: string
+  transport?: Transport
+  /** Body transport only; memory by default. */
+  storage?: TokenStorage
+  /** Called once when a live session ends without this client being asked to log out. */
+  onSessionEnd?: (event: { reason: SessionEndReason; error?: PortcullisError }) => void
+  /** Refresh this long before the access token's `exp` instead of waiting for TOKEN_EXPIRED (off: 0). */
+  refreshAheadSeconds?: number
+  /** The clock refreshAheadSeconds is judged by, in ms. */
+  now?: () => number
+  fetch?: typeof globalThis.fetch
+  /** Cookie transport in a browser: share one refresh across tabs (default on; a string names the channel). */
+  tabs?: boolean | string
+}
+
+interface Call {
+  method: 'GET' | 'POST' | 'PATCH' | 'DELETE'
+  path: string
+  body?: unknown
+  query?: Record<string, string | number | undefined>
+  /** Needs the access token; refreshed once and repeated once on TOKEN_EXPIRED. */
+  bearer?: boolean
+  /** Uses the refresh cookie: the opt-in header, and credentials for a cross-origin API. */
+  cookie?: boolean
+}
+
+const JSON_TYPE = 'application/json'
+
+/** Whether an answer is the service's "access token expired" (and not any other 401). */
+async function isTokenExpired(response: Response): Promise<boolean> {
+  if (response.status !== 401) return false
+  try {
+    const body = (await response.clone().json()) as { error?: { code?: unknown } }
+    return body?.error?.code === 'TOKEN_EXPIRED'
+  } catch {
+    return false
+  }
+}
+
+/** A JWT's claims, unverified: only used to decide when to refresh, never to trust anything. */
+function claimsOf(jwt: string): { exp?: unknown; iat?: unknown } {
+  try {
+    return JSON.parse(atob(jwt.split('.')[1]!.replace(/-/g, '+').replace(/_/g, '/'))) as { exp?: unknown; iat?: unknown }
+  } catch {
+    return {}
+  }
+}
+
+function expiryMs(jwt: string): number | null {
+  const { exp } = claimsOf(jwt)
+  return typeof exp === 'number' ? exp * 1000 : null
+}
+
+/**
+ * A typed client for the Portcullis API: one method per operation, one error type, and the seed's
+ * client rules built in (on TOKEN_EXPIRED refresh once and repeat once; concurrent callers share
+ * one refresh; a refused refresh ends the session and never loops).
+ */
+export class PortcullisClient {
+  private readonly baseUrl: string
+  private readonly transport: Transport
+  private readonly storage: TokenStorage
+  private readonly fetchImpl: typeof globalThis.fetch
+  private readonly now: () => number
+  private readonly refreshAheadMs: number
+  private readonly onSessionEnd: PortcullisClientOptions['onSessionEnd']
+  private readonly tabs: Tabs | null
+  /** Cookie transport: the access token, held in memory only. */
+  private memoryAccessToken: string | null = null
+  private refreshing: Promise<string> | null = null
+  private sessionLive = false
+
+  constructor(options: PortcullisClientOptions) {
+    this.baseUrl = options.baseUrl.replace(/\/+$/, '')
+    this.transport = options.transport ?? 'body'
+    if (this.transport === 'cookie' && options.storage) throw new TypeError('storage is for the body transport; with cookies the access token stays in memory')
+    this.storage = options.storage ?? memoryStorage()
+    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis)
+    this.now = options.now ?? Date.now
+    this.refreshAheadMs = (options.refreshAheadSeconds ?? 0) * 1000
+    this.onSessionEnd = options.onSessionEnd
+    const shareTabs = this.transport === 'cookie' && options.tabs !== false && Tabs.available()
+    this.tabs = shareTabs
+      ? new Tabs(typeof options.tabs === 'string' ? options.tabs : 'portcullis', {
+          token: (accessToken) => {
+            this.memoryAccessToken = accessToken
+            this.sessionLive = true
+          },
+          ended: () => void this.endSession('ended_in_another_tab', undefined, false),
+        })
+      : null
+  }
+
+  // Tokens ------------------------------------------------------------------------------------
+
+  private async accessToken(): Promise<string | null> {
+    if (this.transport === 'cookie') return this.memoryAccessToken
+    return (await this.storage.load())?.accessToken ?? null
+  }
+
+  private async refreshToken(): Promise<string | null> {
+    return this.transport === 'cookie' ? null : ((await this.storage.load())?.refreshToken ?? null)
+  }
+
+  private async keepAccessToken(accessToken: string): Promise<void> {
+    if (this.transport === 'cookie') {
+      this.memoryAccessToken = accessToken
+      return
+    }
+    const stored = await this.storage.load()
+    if (stored) await this.storage.save({ ...stored, accessToken })
+  }
+
+  private async forgetTokens(): Promise<void> {
+    this.memoryAccessToken = null
+    this.sessionLive = false
+    await this.storage.clear()
+  }
+
+  /** Clears the tokens; if a session was live, tells the application once and the other tabs. */
+  private async endSession(reason: SessionEndReason, error?: PortcullisError, share = true): Promise<void> {
+    const wasLive = this.sessionLive
+    await this.forgetTokens()
+    if (!wasLive) return
+    if (share) this.tabs?.shareEnded()
+    this.onSessionEnd?.(error ? { reason, error } : { reason })
+  }
+
+  // HTTP ------------------------------------------------------------------------------------
+
+  private url(path: string, query?: Call['query']): string {
+    const params = new URLSearchParams()
+    for (const [name, value] of Object.entries(query ?? {})) if (value !== undefined) params.set(name, String(value))
+    const search = params.toString()
+    return `${this.baseUrl}${path}${search ? `?${search}` : ''}`
+  }
+
+  private async send(call: Call, accessToken?: string | null): Promise<Response> {
+    const headers: Record<string, string> = { accept: JSON_TYPE }
+    if (call.body !== undefined) headers['content-type'] = JSON_TYPE
+    if (accessToken) headers.authorization = `Bearer ${accessToken}`
+    if (call.cookie) headers['x-token-transport'] = 'cookie'
+    try {
+      return await this.fetchImpl(this.url(call.path, call.query), {
+        method: call.method,
+        headers,
+        ...(call.body === undefined ? {} : { body: JSON.stringify(call.body) }),
+        // The refresh cookie crosses to an API on another origin only on the cookie routes.
+        credentials: call.cookie ? 'include' : 'same-origin',
+      })
+    } catch (cause) {
+      throw new PortcullisError({ code: 'NETWORK_ERROR', status: 0, message: `No answer from ${this.baseUrl}`, cause })
+    }
+  }
+
+  private async read<T>(response: Response): Promise<T> {
+    const requestId = response.headers.get('x-request-id') ?? undefined
+    let body: { success?: unknown; data?: unknown; error?: { code?: string; message?: string; details?: { field: string; message: string }[] } }
+    try {
+      body = (await response.json()) as typeof body
+    } catch (cause) {
+      throw new PortcullisError({ code: 'INVALID_RESPONSE', status: response.status, message: 'The answer was not JSON', requestId, cause })
+    }
+    if (response.ok && body?.success === true) return body.data as T
+    const error = body?.error
+    if (!error?.code) throw new PortcullisError({ code: 'INVALID_RESPONSE', status: response.status, message: 'The answer was not in the envelope', requestId })
+    throw new PortcullisError({ code: error.code as PortcullisError['code'], status: response.status, message: error.message ?? error.code, details: error.details, requestId })
+  }
+
+  private async request<T>(call: Call): Promise<T> {
+    if (!call.bearer) return this.read<T>(await this.send(call))
+    try {
+      return await this.read<T>(await this.authorised((token) => this.send(call, token)))
+    } catch (error) {
+      // The session behind the token is gone; nothing is retried, and the application hears once.
+      if (error instanceof PortcullisError && error.code === 'INVALID_TOKEN') await this.endSession('revoked', error)
+      throw error
+    }
+  }
+
+  // The refresh rules ---------------------------------------------------------------------------
+
+  /** Sends with the access token; on TOKEN_EXPIRED, one refresh and one repeat, never more. */
+  private async authorised(send: (accessToken: string | null) => Promise<Response>): Promise<Response> {
+    const token = await this.usableAccessToken()
+    const response = await send(token)
+    if (token === null || !(await isTokenExpired(response))) return response
+    return send(await this.refreshAfter(token))
+  }
+
+  private async usableAccessToken(): Promise<string | null> {
+    const token = await this.accessToken()
+    const expiry = token && this.refreshAheadMs > 0 ? expiryMs(token) : null
+    if (token === null || expiry === null || expiry - this.refreshAheadMs > this.now()) return token
+    try {
+      return await this.refreshAfter(token)
+    } catch (error) {
+      // The old token is still good for a moment; a transient failure to refresh early is no reason to fail.
+      if (error instanceof PortcullisError && (error.status === 0 || error.status >= 500)) return token
+      throw error
+    }
+  }
+
+  /**
+   * A fresh access token for every caller whose `failed` token was refused: a caller whose token
+   * was already replaced (by a refresh that finished while its request was out) gets the new one,
+   * and callers that arrive while a refresh is running share it.
+   */
+  private async refreshAfter(failed: string | null): Promise<string> {
+    const current = await this.accessToken()
+    if (current !== null && current !== failed) return current
+    // The session ended (a refresh was refused) while this caller's request was out: no new attempt.
+    if (current === null && failed !== null && this.refreshing === null) {
+      throw new PortcullisError({ code: 'INVALID_REFRESH_TOKEN', status: 401, message: 'The session has ended; log in again.' })
+    }
+    this.refreshing ??= this.refreshAcrossTabs(failed).finally(() => {
+      this.refreshing = null
+    })
+    return this.refreshing
+  }
+
+  private refreshAcrossTabs(failed: string | null): Promise<string> {
+    const tabs = this.tabs
+    if (!tabs) return this.refreshNow()
+    return tabs.exclusive(async () => {
+      // Another tab may have refreshed while this one waited for the lock.
+      if (this.memoryAccessToken !== null && this.memoryAccessToken !== failed) return this.memoryAccessToken
+      const token = await this.refreshNow()
+      tabs.shareToken(token)
+      return token
+    })
+  }
+
+  /** One POST /auth/refresh. A refusal ends the session; a network failure or outage does not. */
+  private async refreshNow(): Promise<string> {
+    try {
+      const refreshToken = await this.refreshToken()
+      if (this.transport === 'body' && refreshToken === null) {
+        throw new PortcullisError({ code: 'INVALID_REFRESH_TOKEN', status: 401, message: 'No refresh token is held; log in first.' })
+      }
+      const data = await this.read<RefreshResult>(
+        await this.send(this.transport === 'cookie'
+          ? { method: 'POST', path: '/auth/refresh', cookie: true }
+          : { method: 'POST', path: '/auth/refresh', body: { refresh_token: refreshToken } }),
+      )
+      await this.keepAccessToken(data.access_token)
+      this.sessionLive = true
+      return data.access_token
+    } catch (error) {
+      if (error instanceof PortcullisError && (error.status === 401 || error.status === 403)) await this.endSession('refresh_failed', error)
+      throw error
+    }
+  }
+
+  // Session ---------------------------------------------------------------------------------
+
+  /**
+   * After a page load (cookie transport): gets an access token from the refresh cookie, or from a
+   * tab that has one. False when there is no session. Body transport: whether tokens are stored.
+   */
+  async restore(): Promise<boolean> {
+    if (this.transport === 'body') {
+      this.sessionLive = (await this.accessToken()) !== null
+      return this.sessionLive
+    }
+    try {
+      await this.refreshAfter(null)
+      return true
+    } catch (error) {
+      if (error instanceof PortcullisError && (error.status === 401 || error.status === 403)) return false
+      throw error
+    }
+  }
+
+  /** The current access token (refreshed first when refreshAheadSeconds says so), or null. */
+  getAccessToken(): Promise<string | null> {
+    return this.usableAccessToken()
+  }
+
+  /**
+   * fetch() for the application's own APIs: the access token attached, and the same single
+   * refresh and repeat when the answer is 401 with the code TOKEN_EXPIRED. The body must be one
+   * that can be sent twice (a string, Blob, FormData, URLSearchParams or buffer, not a stream).
+   */
+  async fetch(input: string | URL, init: RequestInit = {}): Promise<Response> {
+    return this.authorised(async (token) => {
+      const headers = new Headers(init.headers)
+      if (token) headers.set('authorization', `Bearer ${token}`)
+      try {
+        return await this.fetchImpl(input, { ...init, headers })
+      } catch (cause) {
+        throw new PortcullisError({ code: 'NETWORK_ERROR', status: 0, message: `No answer from ${String(input)}`, cause })
+      }
+    })
+  }
+
+  // Operations (one per operationId of the API) -----------------------------------------------
+
+  register(input: RegisterInput): Promise<Registration> {
+    return this.request({ method: 'POST', path: '/auth/register', body: input })
+  }
+
+  verifyEmail(token: string): Promise<Verification> {
+    return this.request({ method: 'POST', path: '/auth/verify-email', body: { token } })
+  }
+
+  async resendVerification(email: string): Promise<void> {
+    await this.request({ method: 'POST', path: '/auth/resend-verification', body: { email } })
+  }
+
+  async login(input: LoginInput): Promise<LoginResult> {
+    const data = await this.request<LoginResult>({ method: 'POST', path: '/auth/login', body: input, cookie: this.transport === 'cookie' })
+    if ('refresh_token' in data) await this.storage.save({ accessToken: data.access_token, refreshToken: data.refresh_token })
+    else this.memoryAccessToken = data.access_token
+    this.sessionLive = true
+    this.tabs?.shareToken(data.access_token)
+    return data
+  }
+
+  /** A new access token now, without waiting for one to expire. */
+  async refresh(): Promise<RefreshResult> {
+    const access_token = await this.refreshAfter(await this.accessToken())
+    const { exp, iat } = claimsOf(access_token)
+    return { access_token, expires_in: typeof exp === 'number' && typeof iat === 'number' ? exp - iat : 0 }
+  }
+
+  me(): Promise<Me> {
+    return this.request({ method: 'GET', path: '/auth/me', bearer: true })
+  }
+
+  /** Ends this session on the server and forgets it here (and in the other tabs). */
+  async logout(): Promise<void> {
+    try {
+      if (this.transport === 'cookie') {
+        await this.request({ method: 'POST', path: '/auth/logout', cookie: true })
+      } else {
+        const refreshToken = await this.refreshToken()
+        if (refreshToken !== null) await this.request({ method: 'POST', path: '/auth/logout', body: { refresh_token: refreshToken } })
+      }
+    } finally {
+      await this.forgetTokens()
+      this.tabs?.shareEnded()
+    }
+  }
+
+  /** Ends every session of the user; returns how many. */
+  async logoutAll(): Promise<number> {
+    const { revoked } = await this.request<{ revoked: number }>({ method: 'POST', path: '/auth/logout-all', bearer: true })
+    // The cookie routes are the only ones that may clear the cookie in a cross-origin browser.
+    if (this.transport === 'cookie') await this.request({ method: 'POST', path: '/auth/logout', cookie: true }).catch(() => undefined)
+    await this.forgetTokens()
+    this.tabs?.shareEnded()
+    return revoked
+  }
+
+  async listSessions(): Promise<Session[]> {
+    return (await this.request<{ sessions: Session[] }>({ method: 'GET', path: '/auth/sessions', bearer: true })).sessions
+  }
+
+  revokeSession(id: string): Promise<SessionRevocation> {
+    return this.request({ method: 'DELETE', path: `/auth/sessions/${encodeURIComponent(id)}`, bearer: true })
+  }
+
+  async forgotPassword(email: string): Promise<void> {
+    await this.request({ method: 'POST', path: '/auth/forgot-password', body: { email } })
+  }
+
+  async resetPassword(token: string, password: string): Promise<void> {
+    await this.request({ method: 'POST', path: '/auth/reset-password', body: { token, password } })
+  }
+
+  /** Keeps this session, revokes every other one; returns how many. */
+  async changePassword(input: ChangePasswordInput): Promise<number> {
+    return (await this.request<{ revoked: number }>({ method: 'POST', path: '/auth/change-password', body: input, bearer: true })).revoked
+  }
+
+  listWatchlists(query: WatchlistQuery = {}): Promise<WatchlistPage> {
+    return this.request({ method: 'GET', path: '/watchlists', query, bearer: true })
+  }
+
+  async createWatchlist(input: CreateWatchlistInput): Promise<Watchlist> {
+    return (await this.request<{ watchlist: Watchlist }>({ method: 'POST', path: '/watchlists', body: input, bearer: true })).watchlist
+  }
+
+  async getWatchlist(id: string): Promise<Watchlist> {
+    return (await this.request<{ watchlist: Watchlist }>({ method: 'GET', path: `/watchlists/${encodeURIComponent(id)}`, bearer: true })).watchlist
+  }
+
+  async updateWatchlist(id: string, input: UpdateWatchlistInput): Promise<Watchlist> {
+    return (await this.request<{ watchlist: Watchlist }>({ method: 'PATCH', path: `/watchlists/${encodeURIComponent(id)}`, body: input, bearer: true })).watchlist
+  }
+
+  deleteWatchlist(id: string): Promise<WatchlistDeletion> {
+    return this.request({ method: 'DELETE', path: `/watchlists/${encodeURIComponent(id)}`, bearer: true })
+  }
+
+  async addWatchlistSymbol(id: string, symbol: string): Promise<Watchlist> {
+    return (await this.request<{ watchlist: Watchlist }>({ method: 'POST', path: `/watchlists/${encodeURIComponent(id)}/symbols`, body: { symbol }, bearer: true })).watchlist
+  }
+
+  async removeWatchlistSymbol(id: string, symbol: string): Promise<Watchlist> {
+    const path = `/watchlists/${encodeURIComponent(id)}/symbols/${encodeURIComponent(symbol)}`
+    return (await this.request<{ watchlist: Watchlist }>({ method: 'DELETE', path, bearer: true })).watchlist
+  }
+
+  /** Stops listening to the other tabs. */
+  close(): void {
+    this.tabs?.close()
+  }
+}

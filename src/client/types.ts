@@ -1,0 +1,40 @@
+import type { Static, TSchema } from 'typebox'
+import type * as accounts from '../accounts/schemas.ts'
+import type * as auth from '../auth/schemas.ts'
+import type { ErrorCode } from '../errors.ts'
+import type * as watchlists from '../watchlists/schemas.ts'
+
+/**
+ * The client's types, derived from the schemas that validate requests and serialise answers on
+ * the server (type-only imports: nothing of the server reaches the compiled client).
+ */
+type DataOf<Schema extends TSchema> = Static<Schema> extends { data: infer Data } ? Data : never
+
+export type RegisterInput = Static<typeof auth.RegisterBody>
+export type Registration = DataOf<typeof auth.Registered>
+export type Verification = DataOf<typeof auth.Verified>
+export type LoginInput = Static<typeof auth.LoginBody>
+/** With the cookie transport, `refresh_token` is absent: it is in an HttpOnly cookie. */
+export type LoginResult = DataOf<typeof auth.LoggedIn>
+export type RefreshResult = DataOf<typeof auth.Refreshed>
+export type Me = DataOf<typeof auth.Me>
+
+export type Session = Static<typeof accounts.Session>
+export type SessionRevocation = DataOf<typeof accounts.SessionRevoked>
+export type ChangePasswordInput = Static<typeof accounts.ChangePasswordBody>
+export type ResetPasswordInput = Static<typeof accounts.ResetPasswordBody>
+
+export type Watchlist = Static<typeof watchlists.Watchlist>
+export type WatchlistPage = DataOf<typeof watchlists.Page>
+export type WatchlistQuery = Partial<Static<typeof watchlists.ListQuery>>
+export type CreateWatchlistInput = Static<typeof watchlists.CreateBody>
+export type UpdateWatchlistInput = Static<typeof watchlists.UpdateBody>
+export type WatchlistDeletion = DataOf<typeof watchlists.Deleted>
+
+/** The server's codes, and two of the client's own: no answer at all, or one it cannot read. */
+export type ClientErrorCode = ErrorCode | 'NETWORK_ERROR' | 'INVALID_RESPONSE'
+
+export interface ErrorDetail {
+  field: string
+  message: string
+}
