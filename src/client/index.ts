@@ -253,7 +253,7 @@ export class PortcullisClient {
       // Another tab may have refreshed while this one waited for the lock.
       if (this.memoryAccessToken !== null && this.memoryAccessToken !== failed) return this.memoryAccessToken
       const token = await this.refreshNow()
-      tabs.shareToken(token)
+      await tabs.shareToken(token)
       return token
     })
   }
@@ -340,7 +340,7 @@ export class PortcullisClient {
     if ('refresh_token' in data) await this.storage.save({ accessToken: data.access_token, refreshToken: data.refresh_token })
     else this.memoryAccessToken = data.access_token
     this.sessionLive = true
-    this.tabs?.shareToken(data.access_token)
+    await this.tabs?.shareToken(data.access_token)
     return data
   }
 
