@@ -22,7 +22,7 @@ import type { Config } from './config.ts'
 import { migrate, openDatabase, type Db } from './db/index.ts'
 import { secrets } from './db/repositories.ts'
 import { protect } from './http/bearer.ts'
-import { installErrorHandling, sendError, toAppError } from './http/errors.ts'
+import { answerClientError, installErrorHandling, logServerError, sendError, toAppError } from './http/errors.ts'
 import { Metrics } from './http/metrics.ts'
 import { opsRoutes } from './http/ops.ts'
 import { pageRoutes } from './pages/routes.ts'
@@ -91,8 +91,12 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     // Malformed URLs and similar router-level failures answer with the envelope too.
     frameworkErrors: (error, request, reply) => {
       setCommonHeaders(request, reply, config.production)
-      sendError(reply, toAppError(error))
+      const appError = toAppError(error)
+      logServerError(request, appError, error)
+      sendError(reply, appError)
     },
+    // Requests Node's parser refuses (headers over 16 KiB, an unknown method) answer in the envelope too.
+    clientErrorHandler: answerClientError,
     // A caller's request id is kept when it is harmless, so logs join up across services.
     genReqId: (request) => {
       const given = request.headers['x-request-id']

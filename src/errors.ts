@@ -17,6 +17,8 @@ export const ErrorCodes = {
   NOT_FOUND: { status: 404, message: 'Not found.' },
   METHOD_NOT_ALLOWED: { status: 405, message: 'This method is not allowed on this path.' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
+  HEADERS_TOO_LARGE: { status: 431, message: 'The request line and headers are too large.' },
+  REQUEST_TIMEOUT: { status: 408, message: 'The request was not received in time.' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The request body must be application/json.' },
   LIMIT_EXCEEDED: { status: 409, message: 'A limit has been reached.' },
   HTTPS_REQUIRED: { status: 403, message: 'This service only answers over HTTPS.' },

@@ -1,3 +1,6 @@
+import { randomUUID } from 'node:crypto'
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import FindMyWay, { type HTTPMethod } from 'find-my-way'
 import { isDatabaseUnavailable } from '../db/index.ts'
@@ -28,6 +31,9 @@ function fromFastify(error: FastifyError): AppError | null {
       return notJson()
     case 'FST_ERR_BAD_URL':
       return new AppError('VALIDATION_ERROR', { message: 'The request URL is malformed.', details: [{ field: 'url', message: 'is not a valid percent-encoded path' }] })
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      // A path parameter longer than any id we issue names nothing: the same 404 as any unknown id.
+      return new AppError('NOT_FOUND')
   }
   // secure-json-parse's refusals (malformed JSON, __proto__ keys).
   if (error instanceof SyntaxError) return notJson()
@@ -35,6 +41,8 @@ function fromFastify(error: FastifyError): AppError | null {
   if (error.statusCode === 404) return new AppError('NOT_FOUND')
   if (error.statusCode === 413) return new AppError('PAYLOAD_TOO_LARGE')
   if (error.statusCode === 415) return new AppError('UNSUPPORTED_MEDIA_TYPE')
+  // Any other refusal of the request by the framework is the client's, never an internal error.
+  if (typeof error.statusCode === 'number' && error.statusCode >= 400 && error.statusCode < 500) return new AppError('VALIDATION_ERROR')
   return null
 }
 
@@ -101,4 +109,42 @@ export function installErrorHandling(app: FastifyInstance): void {
     }
     return sendError(reply, new AppError('NOT_FOUND'))
   })
+}
+
+/** What Node's HTTP parser refuses before there is a request: in the service's envelope too. */
+function clientErrorOf(error: NodeJS.ErrnoException): AppError {
+  switch (error.code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return new AppError('HEADERS_TOO_LARGE')
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return new AppError('REQUEST_TIMEOUT')
+    default:
+      return new AppError('VALIDATION_ERROR', { message: 'The request is not valid HTTP.', details: [{ field: 'request', message: 'is not a valid HTTP/1.1 request' }] })
+  }
+}
+
+/**
+ * Fastify's clientErrorHandler: a request line or headers Node cannot parse (an unknown method,
+ * headers over 16 KiB, a timeout) never reach the router, so the answer is written to the socket
+ * here, in the envelope with the usual headers, and the connection is closed.
+ */
+export function answerClientError(error: NodeJS.ErrnoException, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  if (socket.writable) {
+    const appError = clientErrorOf(error)
+    const body = JSON.stringify({ success: false, error: { code: appError.code, message: appError.message, ...(appError.details ? { details: appError.details } : {}) } })
+    socket.write([
+      `HTTP/1.1 ${appError.status} ${STATUS_CODES[appError.status]}`,
+      'content-type: application/json; charset=utf-8',
+      `content-length: ${Buffer.byteLength(body)}`,
+      `x-request-id: ${randomUUID()}`,
+      'cache-control: no-store',
+      'x-content-type-options: nosniff',
+      "content-security-policy: default-src 'none'; frame-ancestors 'none'",
+      'connection: close',
+      '',
+      body,
+    ].join('\r\n'))
+  }
+  socket.destroy()
 }
