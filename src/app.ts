@@ -24,7 +24,7 @@ import { secrets } from './db/repositories.ts'
 import { protect } from './http/bearer.ts'
 import { answerClientError, installErrorHandling, logServerError, sendError, toAppError } from './http/errors.ts'
 import { Metrics } from './http/metrics.ts'
-import { opsRoutes } from './http/ops.ts'
+import { opsRoutes, Readiness } from './http/ops.ts'
 import { pageRoutes } from './pages/routes.ts'
 import { installTransportSecurity, pathOf, setCommonHeaders } from './http/security.ts'
 import { installValidation } from './http/validation.ts'
@@ -61,6 +61,7 @@ export interface AppServices {
   metrics: Metrics
   hasher: BoundedHasher
   clock: Clock
+  readiness: Readiness
 }
 
 declare module 'fastify' {
@@ -168,7 +169,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
     metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
     metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
-    app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, limits, metrics, hasher, clock })
+    app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, limits, metrics, hasher, clock, readiness: new Readiness() })
 
     app.addHook('onClose', async () => {
       // Background work (mail, the mail-sending flows) uses mail, limits and the database: first.
@@ -191,8 +192,10 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     setCommonHeaders(request, reply, config.production)
     if (draining) throw new AppError('SERVICE_UNAVAILABLE', { headers: { 'retry-after': '5' } })
   })
+  // From the moment the instance leaves, every answer asks the client not to reuse the connection,
+  // so keep-alive clients reconnect (through the load balancer, to another instance).
   app.addHook('onSend', async (_request, reply) => {
-    if (draining) reply.header('connection', 'close')
+    if (draining || app.services.readiness.leaving) reply.header('connection', 'close')
   })
   app.addHook('onResponse', async (request, reply) => {
     request.log.info(
@@ -234,7 +237,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: DOCS_CSP, validatorUrl: false, uiConfig: { layout: 'BaseLayout' } })
 
   const { auth, lifecycle, db: database, keys, watchlists, limits, hasher } = app.services
-  await app.register(opsRoutes, { db: database, keys, metrics: app.services.metrics })
+  await app.register(opsRoutes, { db: database, keys, metrics: app.services.metrics, readiness: app.services.readiness })
   // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
   await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand: { appName: config.appName, appUrl: config.appUrl } })
   await app.register(

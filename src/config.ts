@@ -38,6 +38,7 @@ const EnvSchema = Type.Object({
   RATE_LIMIT_MAIL_PER_ADDRESS: Type.Integer({ minimum: 1, default: 5 }),
   HASH_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
   HASH_QUEUE: Type.Integer({ minimum: 0, maximum: 100_000, default: 64 }),
+  SHUTDOWN_DRAIN_SECONDS: Type.Optional(Type.Integer({ minimum: 0, maximum: 60 })),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' },
@@ -170,6 +171,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     /** Where the pages' success screens link back to, when set; never taken from a request. */
     appUrl: env.APP_URL,
     logLevel: env.LOG_LEVEL,
+    /** After SIGTERM: how long /readyz says 503 while everything else is still served (5 s in production). */
+    shutdownDrainMs: (env.SHUTDOWN_DRAIN_SECONDS ?? (production ? 5 : 1)) * 1000,
     limits: {
       loginPerIpPerMinute: env.RATE_LIMIT_LOGIN_PER_IP,
       loginFreeFailures: env.LOGIN_FREE_FAILURES,

@@ -17,24 +17,39 @@ async function buildWhenDatabaseIsUp(config: Config): Promise<FastifyInstance> {
   }
 }
 
-const SHUTDOWN_DEADLINE_MS = 20_000
+/** After the drain, in-flight requests get this long before their connections are cut. */
+const SHUTDOWN_DEADLINE_MS = 19_000
 
 export async function serve(config: Config): Promise<void> {
   const app = await buildWhenDatabaseIsUp(config)
   let closing = false
+  let endDrain = () => {}
   const shutdown = async (signal: string) => {
-    if (closing) return
+    if (closing) {
+      // A second signal (a second Ctrl-C) skips what is left of the drain.
+      endDrain()
+      return
+    }
     closing = true
-    app.log.info({ signal }, 'shutting down: no new connections, finishing in-flight requests')
-    // Fastify stops accepting, waits for in-flight requests, then runs onClose (mail drain, database close).
-    // A client that holds a request open past the deadline is cut off rather than blocking the stop.
+    // 1. Leave: /readyz answers 503 and every answer carries Connection: close, while the listener
+    //    stays open, so requests already on their way (queued in the backlog while the process was
+    //    stalled, or sent before the load balancer noticed) are accepted and answered, not reset.
+    app.services.readiness.leave()
+    app.log.info({ signal, drainMs: config.shutdownDrainMs }, 'shutting down: /readyz now answers 503; still serving during the drain')
+    await new Promise<void>((resolve) => {
+      endDrain = resolve
+      setTimeout(resolve, config.shutdownDrainMs)
+    })
+    // 2. Close: Fastify stops accepting, waits for in-flight requests, then runs onClose (mail
+    //    drain, database close). A client holding a request open past the deadline is cut off.
+    app.log.info('closing the listener, finishing in-flight requests')
     const deadline = setTimeout(() => app.server.closeAllConnections(), SHUTDOWN_DEADLINE_MS)
     deadline.unref()
     await app.close()
     process.exitCode = 0
   }
-  process.once('SIGTERM', () => void shutdown('SIGTERM'))
-  process.once('SIGINT', () => void shutdown('SIGINT'))
+  process.on('SIGTERM', () => void shutdown('SIGTERM'))
+  process.on('SIGINT', () => void shutdown('SIGINT'))
   await app.listen({ port: config.port, host: config.host })
 }
 

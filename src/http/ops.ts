@@ -6,11 +6,26 @@ import type { Metrics } from './metrics.ts'
 import { AppError } from '../errors.ts'
 import { ok } from './schemas.ts'
 
+/**
+ * Whether this instance wants new traffic. On shutdown it leaves first (readiness fails, so a load
+ * balancer stops sending) and closes its listener only later (see server.ts).
+ */
+export class Readiness {
+  private left = false
+  leave(): void {
+    this.left = true
+  }
+  get leaving(): boolean {
+    return this.left
+  }
+}
+
 /** Health, readiness and the public keys; outside the versioned base path. */
-export async function opsRoutes(app: FastifyInstance, deps: { db: Db; keys: KeyStore; metrics: Metrics }): Promise<void> {
+export async function opsRoutes(app: FastifyInstance, deps: { db: Db; keys: KeyStore; metrics: Metrics; readiness: Readiness }): Promise<void> {
   app.get('/healthz', { schema: { tags: ['operations'], operationId: 'health' } }, async () => ok({ status: 'ok' }))
 
   app.get('/readyz', { schema: { tags: ['operations'], operationId: 'ready' } }, async () => {
+    if (deps.readiness.leaving) throw new AppError('SERVICE_UNAVAILABLE', { message: 'This instance is shutting down.', headers: { 'retry-after': '5' } })
     try {
       await deps.db.ping()
     } catch (error) {
