@@ -1,56 +1,65 @@
 import type { FastifyInstance } from 'fastify'
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 
-export interface Gauge {
-  name: string
-  help: string
-  read(): number
-}
+/** Seconds; from a cached bearer read to a slow password hash. */
+const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 
 /**
- * Prometheus text exposition of a few counters: requests by method, route pattern and status,
- * their total duration, and gauges the service registers. Route patterns (not raw paths) keep
- * label cardinality bounded; unknown paths count as "unmatched".
+ * The Prometheus metrics of one app instance, on prom-client with a registry of its own (tests
+ * build several apps in one process): requests by method, route pattern and status, their
+ * duration as a histogram (so percentiles can be computed and alerted on), Node's process metrics
+ * (memory, event-loop lag, GC), and gauges and counters the services register. Route patterns,
+ * never raw paths, keep label cardinality bounded; unknown paths count as "unmatched".
  */
 export class Metrics {
-  private readonly requests = new Map<string, number>()
-  private readonly durations = new Map<string, { sum: number; count: number }>()
-  private readonly gauges: Gauge[] = []
-  private readonly started = Date.now()
+  readonly registry = new Registry()
+  private readonly requests = new Counter({
+    name: 'portcullis_http_requests_total',
+    help: 'HTTP requests answered, by method, route pattern and status.',
+    labelNames: ['method', 'route', 'status'] as const,
+    registers: [this.registry],
+  })
+  private readonly durations = new Histogram({
+    name: 'portcullis_http_request_duration_seconds',
+    help: 'Time spent answering, by method and route pattern.',
+    labelNames: ['method', 'route'] as const,
+    buckets: DURATION_BUCKETS,
+    registers: [this.registry],
+  })
 
-  gauge(gauge: Gauge): void {
-    this.gauges.push(gauge)
+  constructor() {
+    collectDefaultMetrics({ register: this.registry })
+  }
+
+  gauge(options: { name: string; help: string; read(): number }): void {
+    const { read } = options
+    new Gauge({
+      name: options.name,
+      help: options.help,
+      registers: [this.registry],
+      collect() {
+        this.set(read())
+      },
+    })
+  }
+
+  counter<Label extends string>(options: { name: string; help: string; labelNames?: readonly Label[] }): Counter<Label> {
+    return new Counter({ name: options.name, help: options.help, labelNames: options.labelNames ?? [], registers: [this.registry] })
   }
 
   install(app: FastifyInstance): void {
     app.addHook('onResponse', async (request, reply) => {
       const route = request.routeOptions.url ?? 'unmatched'
-      const key = `method="${request.method}",route="${route}",status="${reply.statusCode}"`
-      this.requests.set(key, (this.requests.get(key) ?? 0) + 1)
-      const duration = this.durations.get(route) ?? { sum: 0, count: 0 }
-      duration.sum += reply.elapsedTime / 1000
-      duration.count++
-      this.durations.set(route, duration)
+      this.requests.inc({ method: request.method, route, status: reply.statusCode })
+      this.durations.observe({ method: request.method, route }, reply.elapsedTime / 1000)
     })
   }
 
-  render(): string {
-    const lines = [
-      '# HELP portcullis_http_requests_total HTTP requests answered, by method, route pattern and status.',
-      '# TYPE portcullis_http_requests_total counter',
-      ...[...this.requests].map(([labels, value]) => `portcullis_http_requests_total{${labels}} ${value}`),
-      '# HELP portcullis_http_request_duration_seconds Time spent answering, by route pattern.',
-      '# TYPE portcullis_http_request_duration_seconds summary',
-      ...[...this.durations].flatMap(([route, d]) => [
-        `portcullis_http_request_duration_seconds_sum{route="${route}"} ${d.sum.toFixed(6)}`,
-        `portcullis_http_request_duration_seconds_count{route="${route}"} ${d.count}`,
-      ]),
-      '# HELP portcullis_uptime_seconds Seconds since this instance started.',
-      '# TYPE portcullis_uptime_seconds gauge',
-      `portcullis_uptime_seconds ${((Date.now() - this.started) / 1000).toFixed(0)}`,
-    ]
-    for (const gauge of this.gauges) {
-      lines.push(`# HELP ${gauge.name} ${gauge.help}`, `# TYPE ${gauge.name} gauge`, `${gauge.name} ${gauge.read()}`)
-    }
-    return `${lines.join('\n')}\n`
+  contentType(): string {
+    return this.registry.contentType
+  }
+
+  render(): Promise<string> {
+    return this.registry.metrics()
   }
 }

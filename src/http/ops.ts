@@ -36,7 +36,7 @@ export async function opsRoutes(app: FastifyInstance, deps: { db: Db; keys: KeyS
 
   // Aggregate counts only; still, serve it to the monitoring network, not the internet (see docs).
   app.get('/metrics', { schema: { tags: ['operations'], operationId: 'metrics' } }, async (_request, reply) =>
-    reply.type('text/plain; version=0.0.4; charset=utf-8').send(deps.metrics.render()),
+    reply.type(deps.metrics.contentType()).send(await deps.metrics.render()),
   )
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())

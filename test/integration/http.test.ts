@@ -137,6 +137,12 @@ for (const engine of ENGINES) {
       assert.ok(!response.body.includes('/nowhere/at/all'))
       assert.match(response.body, /portcullis_session_gate_sessions \d+/)
       assert.match(response.body, /portcullis_password_hashes_waiting 0/)
+      // A histogram, so latency percentiles can be computed, and the process metrics.
+      assert.match(response.body, new RegExp(`portcullis_http_request_duration_seconds_bucket\\{le="0.005",method="GET",route="${t.base}/auth/me"\\} \\d+`))
+      assert.match(response.body, /portcullis_http_request_duration_seconds_count\{method="GET",route="unmatched"\} \d+/)
+      for (const name of ['process_resident_memory_bytes', 'nodejs_eventloop_lag_p99_seconds', 'nodejs_gc_duration_seconds_bucket', 'nodejs_heap_size_used_bytes']) {
+        assert.match(response.body, new RegExp(`^${name}`, 'm'), name)
+      }
     })
 
     test('logs carry the request id and never a password or token', async () => {
