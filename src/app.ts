@@ -31,6 +31,7 @@ import { installValidation } from './http/validation.ts'
 import { AppError } from './errors.ts'
 import { REDACT_PATHS } from './logger.ts'
 import { createMailTransport, type MailTransport } from './mail/index.ts'
+import { DEFAULT_MAIL_QUEUE, MailQueue, type MailQueueOptions } from './mail/queue.ts'
 import { CursorCodec } from './watchlists/cursor.ts'
 import { watchlistRoutes } from './watchlists/routes.ts'
 import { WatchlistService } from './watchlists/service.ts'
@@ -46,6 +47,8 @@ export interface AppOverrides {
   gate?: SessionGateOptions
   /** Where log lines go; stdout by default. */
   logStream?: Writable
+  /** Mail queue timings (poll interval, retry delays, lease). */
+  mailQueue?: Partial<MailQueueOptions>
 }
 
 export interface AppServices {
@@ -57,6 +60,7 @@ export interface AppServices {
   watchlists: WatchlistService
   gate: SessionGate
   background: Background
+  mailQueue: MailQueue
   limits: Limits
   metrics: Metrics
   hasher: BoundedHasher
@@ -131,10 +135,14 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     const keys = new KeyStore(db, { clock, refreshTtlSeconds: REFRESH_TTL_SECONDS })
     await keys.start()
     started.push(() => keys.stop())
+    const metrics = new Metrics()
     const mail =
       overrides.mailTransport ??
       createMailTransport({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: path.join(config.dataDir, 'outbox'), logger: app.log })
     started.push(() => mail.close())
+    const mailQueue = new MailQueue(db, mail, clock, app.log, metrics, { ...DEFAULT_MAIL_QUEUE, ...config.mailQueue, ...overrides.mailQueue })
+    mailQueue.start()
+    started.push(() => mailQueue.stop())
     const background = new Background(app.log)
     const gate = new SessionGate(db, app.log, overrides.gate)
     gate.start()
@@ -152,7 +160,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       clock,
       hasher,
       tokens,
-      mail,
+      mailQueue,
       background,
       gate,
       limits,
@@ -161,18 +169,17 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       verifyEmailUrl: config.verifyEmailUrl,
       brand: { appName: config.appName },
     })
-    const lifecycle = new LifecycleService({ db, clock, hasher, tokens, gate, mail, background, limits, resetPasswordUrl: config.resetPasswordUrl, brand: { appName: config.appName } })
+    const lifecycle = new LifecycleService({ db, clock, hasher, tokens, gate, mailQueue, background, limits, resetPasswordUrl: config.resetPasswordUrl, brand: { appName: config.appName } })
     const accounts = new AccountService(db, clock, (changes) => gate.apply(changes))
     const cursorSecret = await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now())
     const watchlists = new WatchlistService(db, clock, new CursorCodec(cursorSecret))
-    const metrics = new Metrics()
     metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
     metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
     metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
-    app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, limits, metrics, hasher, clock, readiness: new Readiness() })
+    app.decorate('services', { db, keys, auth, lifecycle, accounts, watchlists, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() })
 
     app.addHook('onClose', async () => {
-      // Background work (mail, the mail-sending flows) uses mail, limits and the database: first.
+      // Background work (the mail-sending flows) uses the mail queue, limits and the database: first.
       await background.drain()
       await stopStarted()
     })

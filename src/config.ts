@@ -38,6 +38,8 @@ const EnvSchema = Type.Object({
   RATE_LIMIT_MAIL_PER_ADDRESS: Type.Integer({ minimum: 1, default: 5 }),
   HASH_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
   HASH_QUEUE: Type.Integer({ minimum: 0, maximum: 100_000, default: 64 }),
+  MAIL_MAX_AGE_HOURS: Type.Integer({ minimum: 1, maximum: 720, default: 24 }),
+  MAIL_LEASE_SECONDS: Type.Integer({ minimum: 1, maximum: 3600, default: 120 }),
   SHUTDOWN_DRAIN_SECONDS: Type.Optional(Type.Integer({ minimum: 0, maximum: 60 })),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
@@ -171,6 +173,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     /** Where the pages' success screens link back to, when set; never taken from a request. */
     appUrl: env.APP_URL,
     logLevel: env.LOG_LEVEL,
+    /** The durable mail queue: give up after this age; a claimed mail is one instance's for the lease. */
+    mailQueue: { maxAgeMs: env.MAIL_MAX_AGE_HOURS * 3600_000, leaseMs: env.MAIL_LEASE_SECONDS * 1000 },
     /** After SIGTERM: how long /readyz says 503 while everything else is still served (5 s in production). */
     shutdownDrainMs: (env.SHUTDOWN_DRAIN_SECONDS ?? (production ? 5 : 1)) * 1000,
     limits: {

@@ -10,7 +10,8 @@ import { publishChanges, type SessionGate } from '../auth/revocation.ts'
 import { hashOneTimeToken, issueOneTimeToken, RESET_TTL_MS } from '../auth/one-time-tokens.ts'
 import type { Principal } from '../auth/service.ts'
 import type { TokenService } from '../auth/tokens.ts'
-import { passwordResetMail, type MailBrand, type MailTransport } from '../mail/index.ts'
+import { passwordResetMail, type MailBrand } from '../mail/index.ts'
+import type { MailQueue } from '../mail/queue.ts'
 import { isUuid } from '../text.ts'
 import { recordEvent, type AuditType, type RequestContext } from './audit.ts'
 
@@ -21,7 +22,7 @@ export interface LifecycleDeps {
   hasher: PasswordHasher
   tokens: TokenService
   gate: SessionGate
-  mail: MailTransport
+  mailQueue: MailQueue
   background: Background
   limits: Limits
   resetPasswordUrl: string
@@ -112,12 +113,13 @@ export class LifecycleService {
       const user = await users.findByEmail(this.db, email)
       if (!user) return
       const now = this.deps.clock.now()
-      const token = await this.db.transaction().execute(async (trx) => {
+      await this.db.transaction().execute(async (trx) => {
         await recordEvent(trx, this.deps.clock, { type: 'password.reset_requested', userId: user.id, context })
-        return issueOneTimeToken(trx, user.id, 'reset_password', RESET_TTL_MS, now)
+        const token = await issueOneTimeToken(trx, user.id, 'reset_password', RESET_TTL_MS, now)
+        const link = this.deps.resetPasswordUrl.replace('{token}', encodeURIComponent(token))
+        await this.deps.mailQueue.enqueue(trx, { userId: user.id, kind: 'password_reset', message: passwordResetMail(this.deps.brand, email, link, token) })
       })
-      const link = this.deps.resetPasswordUrl.replace('{token}', encodeURIComponent(token))
-      await this.deps.mail.send(passwordResetMail(this.deps.brand, email, link, token))
+      this.deps.mailQueue.kick()
     })
   }
 

@@ -6,7 +6,8 @@ import { AppError, type ErrorDetail } from '../errors.ts'
 import type { Logger } from '../logger.ts'
 import { recordEvent, type RequestContext } from '../accounts/audit.ts'
 import type { Background } from '../background.ts'
-import { verificationMail, type MailBrand, type MailTransport } from '../mail/index.ts'
+import { verificationMail, type MailBrand } from '../mail/index.ts'
+import type { MailQueue } from '../mail/queue.ts'
 import type { Limits } from '../limits/limits.ts'
 import type { SessionGate } from './revocation.ts'
 import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from './input.ts'
@@ -24,7 +25,7 @@ export interface AuthServiceDeps {
   clock: Clock
   hasher: PasswordHasher
   tokens: TokenService
-  mail: MailTransport
+  mailQueue: MailQueue
   background: Background
   gate: SessionGate
   limits: Limits
@@ -67,27 +68,26 @@ export class AuthService {
       created_at: now,
       updated_at: now,
     }
-    let verificationToken: string | null = null
     try {
       await this.db.transaction().execute(async (trx) => {
         await users.insert(trx, row)
-        if (this.deps.requireEmailVerification) {
-          verificationToken = await issueOneTimeToken(trx, row.id, 'verify_email', VERIFICATION_TTL_MS, now)
-        }
+        if (this.deps.requireEmailVerification) await this.queueVerification(trx, row.id, email, now)
         await recordEvent(trx, this.deps.clock, { type: 'account.registered', userId: row.id, context })
       })
     } catch (error) {
       if (isUniqueViolation(error)) throw new AppError('EMAIL_EXISTS')
       throw error
     }
-    if (verificationToken) this.sendVerification(email, verificationToken)
+    // The mail was committed with the account; the queue sends it, here or on another instance.
+    if (this.deps.requireEmailVerification) this.deps.mailQueue.kick()
     return { user_id: row.id, email, verification_required: this.deps.requireEmailVerification }
   }
 
-  private sendVerification(email: string, token: string): void {
+  /** A fresh verification token and the mail that carries it, in the caller's transaction. */
+  private async queueVerification(trx: Db['kysely'], userId: string, email: string, now: number): Promise<void> {
+    const token = await issueOneTimeToken(trx, userId, 'verify_email', VERIFICATION_TTL_MS, now)
     const link = this.deps.verifyEmailUrl.replace('{token}', encodeURIComponent(token))
-    const message = verificationMail(this.deps.brand, email, link, token)
-    this.deps.background.run('verification mail', () => this.deps.mail.send(message))
+    await this.deps.mailQueue.enqueue(trx, { userId, kind: 'verification', message: verificationMail(this.deps.brand, email, link, token) })
   }
 
   async verifyEmail(token: string, context: RequestContext): Promise<{ email: string; verified: true }> {
@@ -130,8 +130,8 @@ export class AuthService {
     const user = await users.findByEmail(this.db, email)
     if (!user || user.email_verified_at !== null || user.status !== 'active') return
     const now = this.deps.clock.now()
-    const token = await this.db.transaction().execute((trx) => issueOneTimeToken(trx, user.id, 'verify_email', VERIFICATION_TTL_MS, now))
-    this.sendVerification(email, token)
+    await this.db.transaction().execute((trx) => this.queueVerification(trx, user.id, email, now))
+    this.deps.mailQueue.kick()
   }
 
   async login(input: { email: string; password: string }, context: RequestContext) {

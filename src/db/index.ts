@@ -7,6 +7,7 @@ import type { Database } from './schema.ts'
 import * as m0001 from './migrations/0001_initial.ts'
 import * as m0002 from './migrations/0002_watchlists.ts'
 import * as m0003 from './migrations/0003_lifecycle.ts'
+import * as m0004 from './migrations/0004_mail_outbox.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -88,6 +89,7 @@ const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
   '0002_watchlists': m0002,
   '0003_lifecycle': m0003,
+  '0004_mail_outbox': m0004,
 }
 
 /** Applies every pending migration; safe to run from several processes at once on PostgreSQL. */

@@ -1,3 +1,4 @@
+import type { Generated } from 'kysely'
 /**
  * Row types of every table. Times are integer milliseconds since the epoch on both engines
  * (bigint in PostgreSQL, INTEGER in SQLite), so comparisons and the injected clock work alike.
@@ -81,6 +82,26 @@ export interface AuditEventsTable {
   request_id: string | null
 }
 
+export type MailKind = 'verification' | 'password_reset'
+
+export interface MailOutboxTable {
+  id: string
+  user_id: string | null
+  kind: MailKind
+  recipient: string
+  subject: string
+  body_text: string
+  body_html: string
+  created_at: number
+  attempts: Generated<number>
+  next_attempt_at: number
+  lease_owner: string | null
+  lease_until: number | null
+  sent_at: number | null
+  failed_at: number | null
+  last_error: string | null
+}
+
 export interface Database {
   users: UsersTable
   sessions: SessionsTable
@@ -90,4 +111,5 @@ export interface Database {
   secrets: SecretsTable
   auth_changes: AuthChangesTable
   audit_events: AuditEventsTable
+  mail_outbox: MailOutboxTable
 }

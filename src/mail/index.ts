@@ -29,7 +29,9 @@ export { passwordResetMail, verificationMail, type MailBrand } from './templates
 /** Real SMTP when SMTP_URL is set; otherwise (development only) .eml files in the outbox. */
 export function createMailTransport(options: MailerOptions): MailTransport {
   if (options.smtpUrl) {
-    const transport = nodemailer.createTransport(options.smtpUrl)
+    // Bounded waits: a relay that stalls must fail the attempt (the queue retries it) well within
+    // the queue's lease, rather than hold it for nodemailer's default of an hour.
+    const transport = nodemailer.createTransport({ url: options.smtpUrl, connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: 30_000 })
     return {
       async send(message) {
         await transport.sendMail({ from: options.from, ...message })

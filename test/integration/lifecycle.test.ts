@@ -263,6 +263,7 @@ for (const engine of ENGINES) {
           assert.equal(sent.length, 0)
           release()
           await slow.app.services.background.drain()
+          await slow.app.services.mailQueue.flush()
           assert.deepEqual(sent.map((m) => m.subject).sort(), ['Reset your password', 'Verify your e-mail address'])
         } finally {
           release()

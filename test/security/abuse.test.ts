@@ -229,6 +229,7 @@ for (const engine of ENGINES) {
         for (let i = 0; i < 4; i++) answers.push(await t.post('/auth/forgot-password', { email }))
         assert.ok(answers.every((a) => a.statusCode === 202 && a.body === answers[0]!.body))
         await t.app.services.background.drain()
+        await t.app.services.mailQueue.flush()
         assert.equal(t.mail.received.filter((m) => m.to.includes(email)).length, 2)
         const limited = await t.post('/auth/resend-verification', { email })
         assert.equal(limited.statusCode, 429)
