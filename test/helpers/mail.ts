@@ -16,11 +16,19 @@ export class MailCatcher {
   private server: SMTPServer
   url = ''
 
+  /** SMTP reply codes to refuse the next recipients with, one per message, in order (451, 550...). */
+  readonly refusals: number[] = []
+
   constructor() {
     this.server = new SMTPServer({
       authOptional: true,
       disabledCommands: ['STARTTLS', 'AUTH'],
       logger: false,
+      onRcptTo: (_address, _session, callback) => {
+        const code = this.refusals.shift()
+        if (code === undefined) return callback()
+        callback(Object.assign(new Error(code < 500 ? 'Try again later' : 'Mailbox unavailable'), { responseCode: code }))
+      },
       onData: (stream, session, callback) => {
         const chunks: Buffer[] = []
         stream.on('data', (chunk: Buffer) => chunks.push(chunk))
@@ -38,8 +46,8 @@ export class MailCatcher {
     })
   }
 
-  async start(): Promise<this> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve))
+  async start(listenOn = 0): Promise<this> {
+    await new Promise<void>((resolve) => this.server.listen(listenOn, '127.0.0.1', resolve))
     const { port } = this.server.server.address() as AddressInfo
     this.url = `smtp://127.0.0.1:${port}`
     return this
