@@ -92,13 +92,13 @@ for (const engine of ENGINES) {
       }
     })
 
-    test('on SIGTERM /readyz answers 503 at once while requests are still served, then the listener closes', async () => {
+    test('SIGINT the same: /readyz answers 503 at once while requests are still served, then the listener closes', async () => {
       const storage = await createStorage(engine)
       const { child, port, output } = await startServer({ DATA_DIR: storage.dataDir, DATABASE_URL: storage.databaseUrl ?? '', SHUTDOWN_DRAIN_SECONDS: '2' })
       try {
         assert.equal((await send(port, false, 'GET', '/readyz')).status, 200)
         const signalled = Date.now()
-        child.kill('SIGTERM')
+        child.kill('SIGINT')
         await new Promise((r) => setTimeout(r, 200))
         const ready = await send(port, false, 'GET', '/readyz')
         assert.equal(ready.status, 503, 'a load balancer sees the instance leave')
