@@ -1,21 +1,11 @@
 import assert from 'node:assert/strict'
-import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { createServer, type Socket } from 'node:net'
 import { describe, test } from 'node:test'
 import { freePort, PASSWORD } from './helpers/app.ts'
 import { createStorage, ENGINES } from './helpers/db.ts'
 import { MailCatcher, tokenFromMail } from './helpers/mail.ts'
-
-async function start(env: Record<string, string>): Promise<{ child: ChildProcess; output: () => string }> {
-  const child = spawn(process.execPath, ['dist/server.js'], { env: { ...process.env, NODE_ENV: 'development', LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
-  let output = ''
-  child.stdout!.on('data', (chunk) => (output += chunk))
-  child.stderr!.on('data', (chunk) => (output += chunk))
-  for (let i = 0; i < 150 && !output.includes('Server listening'); i++) await new Promise((r) => setTimeout(r, 100))
-  assert.match(output, /Server listening/)
-  return { child, output: () => output }
-}
+import { startServerProcess as start, type ServerProcess } from './helpers/process.ts'
 
 /**
  * The process dies (kill -9) after answering a registration and while its mail is being handed
@@ -36,7 +26,7 @@ for (const engine of ENGINES) {
       }
       const first = await start(env)
       const relay = new MailCatcher()
-      let second: Awaited<ReturnType<typeof start>> | null = null
+      let second: ServerProcess | null = null
       try {
         const email = `crash-${engine}@example.com`
         const answer = await fetch(`http://127.0.0.1:${port}/api/v1/auth/register`, {

@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict'
-import { spawn, type ChildProcess } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { Agent, request } from 'node:http'
 import { describe, test } from 'node:test'
 import { createStorage, ENGINES } from './helpers/db.ts'
 import { freePort } from './helpers/app.ts'
+import { startServerProcess } from './helpers/process.ts'
 
 interface Answer {
   status: number | 'reset' | 'error'
@@ -34,16 +35,7 @@ function send(port: number, agent: Agent | false, method: string, path: string, 
 
 async function startServer(env: Record<string, string>): Promise<{ child: ChildProcess; port: number; output: () => string }> {
   const port = await freePort()
-  const child = spawn(process.execPath, ['dist/server.js'], {
-    env: { ...process.env, SMTP_URL: '', PORT: String(port), NODE_ENV: 'development', LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  let output = ''
-  child.stdout!.on('data', (chunk) => (output += chunk))
-  child.stderr!.on('data', (chunk) => (output += chunk))
-  for (let i = 0; i < 150 && !output.includes('Server listening'); i++) await new Promise((r) => setTimeout(r, 100))
-  assert.match(output, /Server listening/)
-  return { child, port, output: () => output }
+  return { ...(await startServerProcess({ PORT: String(port), ...env })), port }
 }
 
 /**

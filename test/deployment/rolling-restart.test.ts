@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs'
 import { describe, test } from 'node:test'
 import { freePort, PASSWORD, uniqueEmail, within } from '../helpers/app.ts'
 import { createStorage } from '../helpers/db.ts'
+import { startServerProcess } from '../helpers/process.ts'
 
 const HAPROXY = ['/usr/sbin/haproxy', '/usr/bin/haproxy'].find((candidate) => existsSync(candidate))
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -31,8 +32,6 @@ describe('rolling restart of two instances behind HAProxy', () => {
     const [front, portA, portB] = [await freePort(), await freePort(), await freePort()]
     const base = `http://127.0.0.1:${front}/api/v1`
     const env = {
-      ...process.env,
-      NODE_ENV: 'development',
       LOG_LEVEL: 'warn',
       DATA_DIR: storage.dataDir,
       DATABASE_URL: storage.databaseUrl!,
@@ -43,23 +42,18 @@ describe('rolling restart of two instances behind HAProxy', () => {
       REQUIRE_EMAIL_VERIFICATION: 'false',
       RATE_LIMIT_LOGIN_PER_IP: '1000000',
       RATE_LIMIT_REGISTER_PER_IP: '1000000',
-      SMTP_URL: '',
     }
 
     const startInstance = async (name: string, port: number): Promise<Instance> => {
-      const child = spawn(process.execPath, ['dist/server.js'], { env: { ...env, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] })
-      let output = ''
-      child.stdout!.on('data', (chunk) => (output += chunk))
-      child.stderr!.on('data', (chunk) => (output += chunk))
-      await within(15_000, async () => (await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false)))
+      const { child, output } = await startServerProcess({ ...env, PORT: String(port) })
       child.on('exit', (code) => {
-        if (code !== 0 && code !== null) t.diagnostic(`instance ${name} exited ${code}: ${output.slice(-2000)}`)
+        if (code !== 0 && code !== null) t.diagnostic(`instance ${name} exited ${code}: ${output().slice(-2000)}`)
       })
       return { name, port, child }
     }
     const instances = { a: await startInstance('a', portA), b: await startInstance('b', portB) }
     const proxy = spawn(HAPROXY, ['-f', 'deploy/haproxy.cfg', '-db'], {
-      env: { ...env, FRONTEND_ADDRESS: `127.0.0.1:${front}`, INSTANCE_A: `127.0.0.1:${portA}`, INSTANCE_B: `127.0.0.1:${portB}` },
+      env: { ...process.env, FRONTEND_ADDRESS: `127.0.0.1:${front}`, INSTANCE_A: `127.0.0.1:${portA}`, INSTANCE_B: `127.0.0.1:${portB}` },
       stdio: ['ignore', 'ignore', 'pipe'],
     })
     let proxyErrors = ''
