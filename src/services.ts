@@ -1,0 +1,130 @@
+import { randomBytes } from 'node:crypto'
+import path from 'node:path'
+import type { Writable } from 'node:stream'
+import { LifecycleService } from './accounts/lifecycle.ts'
+import { AccountService } from './accounts/service.ts'
+import { KeyStore } from './auth/keys.ts'
+import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
+import { SessionGate, type SessionGateOptions } from './auth/revocation.ts'
+import { AuthService } from './auth/service.ts'
+import { REFRESH_TTL_SECONDS, TokenService } from './auth/tokens.ts'
+import { Background } from './background.ts'
+import { systemClock, type Clock } from './clock.ts'
+import type { Config } from './config.ts'
+import { migrate, openDatabase, type Db } from './db/index.ts'
+import { secrets } from './db/repositories.ts'
+import { Metrics } from './http/metrics.ts'
+import { Readiness } from './http/ops.ts'
+import { Limits } from './limits/limits.ts'
+import { MemoryStore, RedisStore } from './limits/store.ts'
+import type { Logger } from './logger.ts'
+import { createMailTransport, type MailTransport } from './mail/index.ts'
+import { DEFAULT_MAIL_QUEUE, MailQueue, type MailQueueOptions } from './mail/queue.ts'
+import { CursorCodec } from './watchlists/cursor.ts'
+import { WatchlistService } from './watchlists/service.ts'
+
+/** Everything a test (or another embedding) may replace. */
+export interface AppOverrides {
+  clock?: Clock
+  hasher?: PasswordHasher
+  /** A database the caller owns (and closes); by default one is opened from the config. */
+  db?: Db
+  mailTransport?: MailTransport
+  /** Revocation-feed timings (poll interval, window). */
+  gate?: SessionGateOptions
+  /** Where log lines go; stdout by default. */
+  logStream?: Writable
+  /** Mail queue timings (poll interval, retry delays, lease). */
+  mailQueue?: Partial<MailQueueOptions>
+}
+
+export interface AppServices {
+  db: Db
+  keys: KeyStore
+  auth: AuthService
+  lifecycle: LifecycleService
+  accounts: AccountService
+  watchlists: WatchlistService
+  gate: SessionGate
+  background: Background
+  mailQueue: MailQueue
+  limits: Limits
+  metrics: Metrics
+  hasher: BoundedHasher
+  clock: Clock
+  readiness: Readiness
+}
+
+/**
+ * Wires the services (no HTTP here): opens and migrates the database, starts what runs in the
+ * background (key refresh, revocation feed, mail queue, the Redis connection), and returns them
+ * with a stop that ends all of it in reverse order. A start-up that fails half-way stops what it
+ * had started.
+ */
+export async function startServices(config: Config, overrides: AppOverrides, logger: Logger): Promise<{ services: AppServices; stop(): Promise<void> }> {
+  const clock = overrides.clock ?? systemClock
+  const db = overrides.db ?? openDatabase({
+    databaseUrl: config.databaseUrl,
+    dataDir: config.dataDir,
+    onPoolError: (error) => logger.warn({ err: { message: error.message } }, 'database connection lost'),
+  })
+  const started: (() => unknown)[] = []
+  const stopStarted = async () => {
+    for (const stop of started.reverse()) await stop()
+    if (!overrides.db) await db.close()
+  }
+  try {
+    // Read the blocklist at start, not on the first registration's request path.
+    loadCommonPasswords()
+    await migrate(db)
+    const keys = new KeyStore(db, { clock, refreshTtlSeconds: REFRESH_TTL_SECONDS })
+    await keys.start()
+    started.push(() => keys.stop())
+    const metrics = new Metrics()
+    const mail =
+      overrides.mailTransport ??
+      createMailTransport({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: path.join(config.dataDir, 'outbox'), logger })
+    started.push(() => mail.close())
+    const mailQueue = new MailQueue(db, mail, clock, logger, metrics, { ...DEFAULT_MAIL_QUEUE, ...config.mailQueue, ...overrides.mailQueue })
+    mailQueue.start()
+    started.push(() => mailQueue.stop())
+    const background = new Background(logger)
+    const gate = new SessionGate(db, logger, overrides.gate)
+    gate.start()
+    started.push(() => gate.stop())
+    const hasher = boundedHasher(overrides.hasher ?? createArgon2Hasher(), config.hashing)
+    const store = config.redisUrl
+      ? new RedisStore(config.redisUrl, (error) => logger.warn({ err: { message: error.message } }, 'redis connection problem'))
+      : new MemoryStore(clock)
+    started.push(() => store.close())
+    if (store instanceof RedisStore) await store.ready()
+    const limits = new Limits(store, clock, config.limits)
+    const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock })
+    const brand = { appName: config.appName }
+    const auth = new AuthService({
+      db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand,
+      requireEmailVerification: config.requireEmailVerification,
+      verifyEmailUrl: config.verifyEmailUrl,
+    })
+    const lifecycle = new LifecycleService({ db, clock, hasher, tokens, gate, mailQueue, background, limits, brand, resetPasswordUrl: config.resetPasswordUrl })
+    const accounts = new AccountService(db, clock, (changes) => gate.apply(changes))
+    const cursorSecret = await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now())
+    const watchlists = new WatchlistService(db, clock, new CursorCodec(cursorSecret))
+    metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
+    metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
+    metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
+
+    const services = { db, keys, auth, lifecycle, accounts, watchlists, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
+    return {
+      services,
+      async stop() {
+        // Background work (the mail-sending flows) uses the mail queue, limits and the database: first.
+        await background.drain()
+        await stopStarted()
+      },
+    }
+  } catch (error) {
+    await stopStarted().catch(() => {})
+    throw error
+  }
+}
