@@ -1,7 +1,4 @@
 #!/usr/bin/env node
-// The installed `portcullis` command: runs the TypeScript CLI through tsx.
-import { register } from 'tsx/esm/api'
-
-register()
-const { runCli } = await import('../src/cli.ts')
+// The installed `portcullis` command: the compiled CLI (npm ci builds dist/; `npm run build` rebuilds it).
+const { runCli } = await import('../dist/cli.js')
 process.exitCode = await runCli(process.argv.slice(2))

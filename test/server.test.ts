@@ -8,7 +8,7 @@ import { createServer, type AddressInfo } from 'node:net'
 import { describe, test } from 'node:test'
 
 /**
- * The real process, as `npm start` runs it: embedded database in a fresh DATA_DIR, mail to the
+ * The real process, as `npm start` runs it (the compiled build): embedded database in a fresh DATA_DIR, mail to the
  * outbox, the README walk over a socket, and a graceful stop on SIGTERM with requests in flight.
  */
 describe('server process', () => {
@@ -20,7 +20,7 @@ describe('server process', () => {
         probe.close(() => resolve(free))
       })
     })
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+    const child = spawn(process.execPath, ['dist/server.js'], {
       env: { ...process.env, DATABASE_URL: '', SMTP_URL: '', REDIS_URL: '', DATA_DIR: dataDir, PORT: String(port), NODE_ENV: 'development', LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
