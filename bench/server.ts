@@ -9,9 +9,13 @@ import path from 'node:path'
 export interface BenchServer {
   base: string
   child: ChildProcess
+  dataDir: string
+  /** From spawn to the first 200 from /healthz, in ms. */
+  readyMs: number
   /** Resident memory of the server process, in bytes. */
   rss(): number
-  stop(): Promise<void>
+  /** Stops it (SIGTERM, so the drain runs) and removes its data unless asked to keep it. */
+  stop(options?: { keepData?: boolean }): Promise<void>
 }
 
 async function freePort(): Promise<number> {
@@ -23,29 +27,34 @@ async function freePort(): Promise<number> {
   })
 }
 
-export async function startServer(env: Record<string, string>): Promise<BenchServer> {
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'portcullis-bench-'))
+/**
+ * The built service (dist/server.js, as `npm start` runs it; npm ci or npm run build makes it),
+ * or another script given as node arguments, as a process of its own.
+ */
+export async function startServer(env: Record<string, string>, options: { dataDir?: string; args?: string[] } = {}): Promise<BenchServer> {
+  const dataDir = options.dataDir ?? mkdtempSync(path.join(tmpdir(), 'portcullis-bench-'))
   const port = await freePort()
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+  const began = performance.now()
+  const child = spawn(process.execPath, options.args ?? ['dist/server.js'], {
     env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'warn', REQUIRE_EMAIL_VERIFICATION: 'false', ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   })
   const base = `http://127.0.0.1:${port}`
-  for (let i = 0; i < 200; i++) {
-    try {
-      if ((await fetch(`${base}/healthz`)).ok) break
-    } catch {
-      await new Promise((resolve) => setTimeout(resolve, 100))
-    }
+  let readyMs = Number.NaN
+  for (let i = 0; i < 1000 && Number.isNaN(readyMs); i++) {
+    if (await fetch(`${base}/healthz`).then((r) => r.ok, () => false)) readyMs = performance.now() - began
+    else await new Promise((resolve) => setTimeout(resolve, 10))
   }
   return {
     base,
     child,
+    dataDir,
+    readyMs,
     rss: () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))?.[1] ?? 0) * 1024,
-    async stop() {
+    async stop(stopOptions = {}) {
       child.kill('SIGTERM')
       await new Promise((resolve) => child.once('exit', resolve))
-      rmSync(dataDir, { recursive: true, force: true })
+      if (!stopOptions.keepData) rmSync(dataDir, { recursive: true, force: true })
     },
   }
 }

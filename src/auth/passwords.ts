@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs'
 import { hash, parseOptions, verify, type Algorithm } from '@node-rs/argon2'
 import { AppError, type ErrorDetail } from '../errors.ts'
 
-const ARGON2ID = 2 as Algorithm
+export const ARGON2ID = 2 as Algorithm
 
 export interface Argon2Params {
   memoryCost: number

@@ -1,0 +1,129 @@
+// npm run bench: the built service against a bare Fastify baseline, both as processes of their
+// own, on SQLite and on PostgreSQL, in one run; prints one Markdown table of numbers and ratios
+// with issue 10's targets. BENCH_SECONDS (default 10) sets each case's length.
+// PostgreSQL: DATABASE_URL, or a throwaway cluster started here (scripts/pg-throwaway.sh).
+import { spawnSync } from 'node:child_process'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { hash, verify } from '@node-rs/argon2'
+import autocannon from 'autocannon'
+import { ARGON2ID, OWASP_ARGON2_PARAMS } from '../src/auth/passwords.ts'
+import { startServer, type BenchServer } from './server.ts'
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10)
+const CONNECTIONS = 50
+const json = { 'content-type': 'application/json' }
+const password = 'a benchmark passphrase'
+// The service's own parameters (OWASP), so the comparison is like for like.
+const ARGON2 = { algorithm: ARGON2ID, ...OWASP_ARGON2_PARAMS }
+
+type Result = autocannon.Result
+const load = (options: autocannon.Options): Promise<Result> => autocannon({ duration: SECONDS, connections: CONNECTIONS, ...options })
+const rps = (result: Result) => Math.round(result.requests.average)
+const mb = (bytes: number) => Math.round(bytes / 1024 / 1024)
+
+/** Raw argon2id verifies per second at the service's parameters and concurrency (HASH_CONCURRENCY=2). */
+async function rawArgon2(concurrency = 2): Promise<number> {
+  const encoded = await hash(password, ARGON2)
+  let done = 0
+  const until = performance.now() + SECONDS * 1000
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (performance.now() < until) {
+      await verify(encoded, password)
+      done++
+    }
+  }))
+  return done / SECONDS
+}
+
+async function bare(): Promise<number> {
+  const server = await startServer({}, { args: ['--import', 'tsx', 'bench/bare.ts'] })
+  try {
+    return rps(await load({ url: `${server.base}/` }))
+  } finally {
+    await server.stop()
+  }
+}
+
+async function engineRun(engine: string, env: Record<string, string>) {
+  const limits = { RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000' }
+  let server: BenchServer = await startServer({ ...env, ...limits })
+  const api = `${server.base}/api/v1`
+  const email = `bench-${engine}-${Date.now()}@example.com`
+  await fetch(`${api}/auth/register`, { method: 'POST', headers: json, body: JSON.stringify({ email, password, full_name: 'Bench' }) })
+  const tokens = (await (await fetch(`${api}/auth/login`, { method: 'POST', headers: json, body: JSON.stringify({ email, password }) })).json()).data
+  const bearer = { authorization: `Bearer ${tokens.access_token}` }
+  await fetch(`${api}/watchlists`, { method: 'POST', headers: { ...json, ...bearer }, body: JSON.stringify({ name: 'Bench', symbols: ['AAPL', 'MSFT'] }) })
+
+  const baseline = await bare()
+  const row: Record<string, number | string> = { engine, bare: baseline }
+  row.watchlists = rps(await load({ url: `${api}/watchlists`, headers: bearer }))
+  row.me = rps(await load({ url: `${api}/auth/me`, headers: bearer }))
+  row.refresh = rps(await load({ url: `${api}/auth/refresh`, method: 'POST', headers: json, body: JSON.stringify({ refresh_token: tokens.refresh_token }) }))
+  row.argon2 = Math.round(await rawArgon2())
+  row.login = rps(await load({ url: `${api}/auth/login`, connections: 8, method: 'POST', headers: json, body: JSON.stringify({ email, password }) }))
+  let n = 0
+  row.register = rps(await load({
+    url: `${api}/auth/register`, connections: 8, method: 'POST', headers: json,
+    setupClient: (client) => client.setBody(JSON.stringify({ email: `r${Date.now()}-${n++}@example.com`, password, full_name: 'R' })),
+    requests: [{ method: 'POST', setupRequest: (request) => ({ ...request, body: JSON.stringify({ email: `r${Date.now()}-${n++}@example.com`, password, full_name: 'R' }) }) }],
+  }))
+
+  // Bearer reads alone, then during a 500-connection login flood; memory sampled throughout.
+  const idle = await load({ url: `${api}/auth/me`, connections: 10, headers: bearer })
+  row.rss_idle = mb(server.rss())
+  let peak = server.rss()
+  const sampler = setInterval(() => (peak = Math.max(peak, server.rss())), 50)
+  const [during, flood] = await Promise.all([
+    load({ url: `${api}/auth/me`, connections: 10, headers: bearer }),
+    load({ url: `${api}/auth/login`, connections: 500, method: 'POST', headers: json, body: JSON.stringify({ email, password }) }),
+  ])
+  clearInterval(sampler)
+  row.bearer_p99_idle = idle.latency.p99
+  row.bearer_p99_flood = during.latency.p99
+  row.flood_ok = Math.round(flood['2xx'] / SECONDS)
+  row.flood_503 = flood.non2xx
+  row.flood_errors = flood.errors
+  row.rss_peak = mb(peak)
+
+  // Start-up on the existing database (the data directory or database kept).
+  await server.stop({ keepData: true })
+  server = await startServer({ ...env, ...limits }, { dataDir: server.dataDir })
+  row.start_ms = Math.round(server.readyMs)
+  await new Promise((resolve) => setTimeout(resolve, 2000))
+  row.rss_fresh = mb(server.rss())
+  await server.stop()
+  return row
+}
+
+let cluster: string | undefined
+let databaseUrl = process.env.DATABASE_URL
+if (!databaseUrl) {
+  cluster = mkdtempSync(path.join(tmpdir(), 'portcullis-bench-pg-'))
+  const started = spawnSync('scripts/pg-throwaway.sh', ['start', cluster, '55499'], { encoding: 'utf8' })
+  if (started.status !== 0) throw new Error(`could not start PostgreSQL: ${started.stderr}`)
+  databaseUrl = started.stdout.trim()
+}
+try {
+  const rows = [await engineRun('sqlite', {}), await engineRun('postgres', { DATABASE_URL: databaseUrl! })]
+  const pct = (value: unknown, of: unknown) => `${((Number(value) / Number(of)) * 100).toFixed(1)}%`
+  const lines = [
+    `| measure | ${rows.map((r) => r.engine).join(' | ')} | target |`,
+    `|---|${rows.map(() => '---').join('|')}|---|`,
+    `| bare Fastify GET / (req/s, ${CONNECTIONS} conns) | ${rows.map((r) => r.bare).join(' | ')} | baseline |`,
+    `| GET /watchlists (req/s, share of bare) | ${rows.map((r) => `${r.watchlists} (${pct(r.watchlists, r.bare)})`).join(' | ')} | >= 40% sqlite, >= 25% postgres |`,
+    `| GET /auth/me (req/s, share of bare) | ${rows.map((r) => `${r.me} (${pct(r.me, r.bare)})`).join(' | ')} | >= 40% sqlite, >= 25% postgres |`,
+    `| POST /auth/refresh (req/s, share of bare) | ${rows.map((r) => `${r.refresh} (${pct(r.refresh, r.bare)})`).join(' | ')} | >= 15% sqlite |`,
+    `| raw argon2id verify, 2 at a time (per s) | ${rows.map((r) => r.argon2).join(' | ')} | baseline |`,
+    `| POST /auth/login, 8 conns (req/s, share of raw argon2) | ${rows.map((r) => `${r.login} (${pct(r.login, r.argon2)})`).join(' | ')} | >= 90% |`,
+    `| POST /auth/register, 8 conns (req/s) | ${rows.map((r) => r.register).join(' | ')} | |`,
+    `| bearer p99 idle -> during 500-conn login flood (ms) | ${rows.map((r) => `${r.bearer_p99_idle} -> ${r.bearer_p99_flood} (x${(Number(r.bearer_p99_flood) / Number(r.bearer_p99_idle)).toFixed(1)})`).join(' | ')} | <= x2 |`,
+    `| login flood: 2xx per s / 503s / socket errors | ${rows.map((r) => `${r.flood_ok} / ${r.flood_503} / ${r.flood_errors}`).join(' | ')} | excess refused with 503 |`,
+    `| start to ready, existing database (ms) | ${rows.map((r) => r.start_ms).join(' | ')} | <= 1000 |`,
+    `| RSS idle after start / after the cases / peak in flood (MB) | ${rows.map((r) => `${r.rss_fresh} / ${r.rss_idle} / ${r.rss_peak}`).join(' | ')} | <= 110 idle, <= 150 peak |`,
+  ]
+  console.log(lines.join('\n'))
+} finally {
+  if (cluster) spawnSync('scripts/pg-throwaway.sh', ['stop', cluster])
+}
