@@ -36,11 +36,14 @@ export interface AppOverrides {
   logStream?: Writable
   /** Mail queue timings (poll interval, retry delays, lease). */
   mailQueue?: Partial<MailQueueOptions>
+  /** How many verified access tokens to remember. */
+  tokenCacheSize?: number
 }
 
 export interface AppServices {
   db: Db
   keys: KeyStore
+  tokens: TokenService
   auth: AuthService
   lifecycle: LifecycleService
   accounts: AccountService
@@ -99,7 +102,7 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     started.push(() => store.close())
     if (store instanceof RedisStore) await store.ready()
     const limits = new Limits(store, clock, config.limits)
-    const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock })
+    const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock, ...(overrides.tokenCacheSize ? { cacheSize: overrides.tokenCacheSize } : {}) })
     const brand = { appName: config.appName }
     const auth = new AuthService({
       db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand,
@@ -112,9 +115,10 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     const watchlists = new WatchlistService(db, clock, new CursorCodec(cursorSecret))
     metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
     metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
+    metrics.gauge({ name: 'portcullis_verified_tokens_cached', help: 'Verified access tokens remembered (signature checks skipped on reuse).', read: () => tokens.cachedTokens() })
     metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
 
-    const services = { db, keys, auth, lifecycle, accounts, watchlists, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
+    const services = { db, keys, tokens, auth, lifecycle, accounts, watchlists, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
     return {
       services,
       async stop() {

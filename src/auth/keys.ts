@@ -141,6 +141,12 @@ export class KeyStore {
     return key && this.isLive(key) ? key.publicKey : null
   }
 
+  /** Whether a kid is in the key set and not retired, without a reload (for cached verifications). */
+  isLiveKid(kid: string): boolean {
+    const key = this.keys.get(kid)
+    return key !== undefined && this.isLive(key)
+  }
+
   /** Public parts only, for /.well-known/jwks.json. */
   jwks(): { keys: JWK[] } {
     const keys = [...this.keys.values()]

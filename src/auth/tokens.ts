@@ -37,13 +37,60 @@ export interface TokenServiceOptions {
   issuer: string
   audience: string
   clock: Clock
+  /** How many verified access tokens to remember (default 10,000, about 10 MB at most). */
+  cacheSize?: number
+}
+
+interface CachedVerification {
+  claims: TokenClaims
+  kid: string
+  /** The later of iat and nbf: a clock moved back must still see a token "from the future". */
+  notBefore: number
+}
+
+/**
+ * Access tokens already verified, by the whole token string, so a token presented again skips
+ * the signature check and claim parsing. A hit is re-checked against the clock and the key set
+ * (dropped at exp, or once its key is retired or removed); the session gate and the account state
+ * are checked on every request by the caller, cached or not. Oldest entries go first when full.
+ */
+class VerifiedAccessTokens {
+  private readonly entries = new Map<string, CachedVerification>()
+
+  constructor(private readonly max: number) {}
+
+  get(token: string): CachedVerification | undefined {
+    return this.entries.get(token)
+  }
+
+  set(token: string, entry: CachedVerification): void {
+    if (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value!)
+    this.entries.set(token, entry)
+  }
+
+  delete(token: string): void {
+    this.entries.delete(token)
+  }
+
+  get size(): number {
+    return this.entries.size
+  }
 }
 
 export class TokenService {
+  private readonly verified: VerifiedAccessTokens
+
   constructor(
     private readonly keys: KeyStore,
     private readonly options: TokenServiceOptions,
-  ) {}
+  ) {
+    this.verified = new VerifiedAccessTokens(options.cacheSize ?? 10_000)
+  }
+
+  /** How many verified access tokens are remembered (for tests and metrics). */
+  cachedTokens(): number {
+    return this.verified.size
+  }
 
   private async sign(kind: TokenKind, subject: string, sessionId: string, ttl: number, extra: Record<string, unknown>) {
     const iat = Math.floor(this.options.clock.now() / 1000)
@@ -73,6 +120,22 @@ export class TokenService {
    * so "expired" is only ever said of a token this service really issued.
    */
   async verify(token: string, kind: TokenKind): Promise<VerifyResult> {
+    if (kind === 'access') {
+      const hit = this.verified.get(token)
+      if (hit) {
+        const now = this.options.clock.now() / 1000
+        const fresh = now < hit.claims.exp + CLOCK_SKEW_SECONDS && hit.notBefore <= now + CLOCK_SKEW_SECONDS
+        if (fresh && this.keys.isLiveKid(hit.kid)) return { status: 'valid', claims: hit.claims }
+        // Expired, or its key left the key set: the full check below gives the answer.
+        this.verified.delete(token)
+      }
+    }
+    const result = await this.verifyFully(token, kind)
+    if (kind === 'access' && result.status === 'valid') this.verified.set(token, result.cached)
+    return result.status === 'valid' ? { status: 'valid', claims: result.claims } : result
+  }
+
+  private async verifyFully(token: string, kind: TokenKind): Promise<Exclude<VerifyResult, { status: 'valid' }> | { status: 'valid'; claims: TokenClaims; cached: CachedVerification }> {
     if (token.length > MAX_TOKEN_LENGTH || token.split('.').length !== 3) return { status: 'invalid' }
     let header: JWSHeaderParameters
     let payloadBytes: Uint8Array
@@ -127,6 +190,8 @@ export class TokenService {
     if ((exp as number) <= (iat as number)) return { status: 'invalid' }
 
     const claims: TokenClaims = { sub: sub as string, sid: sid as string, jti: jti as string, iat: iat as number, exp: exp as number }
-    return now >= (exp as number) + CLOCK_SKEW_SECONDS ? { status: 'expired', claims } : { status: 'valid', claims }
+    if (now >= (exp as number) + CLOCK_SKEW_SECONDS) return { status: 'expired', claims }
+    const notBefore = Math.max(iat as number, (nbf as number | undefined) ?? (iat as number))
+    return { status: 'valid', claims, cached: { claims, kid: header.kid!, notBefore } }
   }
 }
