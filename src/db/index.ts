@@ -14,6 +14,8 @@ export type Engine = 'sqlite' | 'postgres'
 export interface Db {
   kysely: Kysely<Database>
   engine: Engine
+  /** SQLite: how many statements are kept prepared for reuse. */
+  preparedStatements?(): number
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>
   close(): Promise<void>
@@ -43,16 +45,43 @@ function openSqlite(dataDir: string): Db {
   sqlite.pragma('foreign_keys = ON')
   // A CLI command and the server may share the file; wait for the other writer instead of failing.
   sqlite.pragma('busy_timeout = 5000')
-  const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) })
+  const statements = reusedStatements(sqlite)
+  const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: statements }) })
   return {
     kysely,
     engine: 'sqlite',
+    preparedStatements: () => statements.size(),
     async ping() {
       await sql`select 1`.execute(kysely)
     },
     async close() {
       await kysely.destroy()
     },
+  }
+}
+
+/** Distinct SQL texts kept prepared; queries differ only in their parameters, so few are needed. */
+const STATEMENT_CACHE_SIZE = 500
+
+/**
+ * Kysely asks better-sqlite3 to prepare every query anew; the same SQL text gets the statement
+ * prepared the first time instead. Safe because better-sqlite3 runs a statement synchronously to
+ * completion (nothing here streams rows), and it re-prepares by itself after a schema change.
+ */
+function reusedStatements(sqlite: SQLite.Database) {
+  const prepared = new Map<string, SQLite.Statement>()
+  return {
+    close: () => sqlite.close(),
+    prepare(sql: string): SQLite.Statement {
+      let statement = prepared.get(sql)
+      if (!statement) {
+        if (prepared.size >= STATEMENT_CACHE_SIZE) prepared.delete(prepared.keys().next().value!)
+        statement = sqlite.prepare(sql)
+        prepared.set(sql, statement)
+      }
+      return statement
+    },
+    size: () => prepared.size,
   }
 }
 
