@@ -2,7 +2,8 @@ import { mkdirSync } from 'node:fs'
 import path from 'node:path'
 import SQLite from 'better-sqlite3'
 import { Kysely, Migrator, PostgresDialect, SqliteDialect, sql, type Migration } from 'kysely'
-import pg from 'pg'
+import type PgModule from 'pg'
+import { load } from '../optional.ts'
 import type { Database } from './schema.ts'
 import * as m0001 from './migrations/0001_initial.ts'
 import * as m0002 from './migrations/0002_watchlists.ts'
@@ -86,6 +87,7 @@ function reusedStatements(sqlite: SQLite.Database) {
 }
 
 function openPostgres(connectionString: string, onPoolError?: (error: Error) => void): Db {
+  const pg = load<typeof PgModule>('pg')
   const pool = new pg.Pool({
     connectionString,
     max: 10,
@@ -94,7 +96,7 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
     idleTimeoutMillis: 30_000,
     types: {
       getTypeParser: ((oid: number, format?: string) =>
-        oid === PG_INT8_OID ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
+        oid === PG_INT8_OID ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format as 'text')) as typeof PgModule.types.getTypeParser,
     },
   })
   pool.on('error', (error) => onPoolError?.(error))

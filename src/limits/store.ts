@@ -1,4 +1,5 @@
-import { Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
+import { load } from '../optional.ts'
 import type { Clock } from '../clock.ts'
 import { AppError } from '../errors.ts'
 
@@ -73,7 +74,8 @@ export class RedisStore implements CounterStore {
   constructor(url: string, onError: (error: Error) => void) {
     // No offline queue and one retry: while Redis is away a limit check fails fast (503) instead of
     // piling requests up in memory.
-    this.redis = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: false, keyPrefix: 'portcullis:' })
+    const { Redis: RedisClient } = load<typeof import('ioredis')>('ioredis')
+    this.redis = new RedisClient(url, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: false, keyPrefix: 'portcullis:' })
     this.redis.on('error', onError)
   }
 

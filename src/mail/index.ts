@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto'
 import { mkdir, rename, writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import nodemailer from 'nodemailer'
+import type Nodemailer from 'nodemailer'
 import type { Logger } from '../logger.ts'
+import { load } from '../optional.ts'
 
 export interface MailMessage {
   to: string
@@ -31,6 +32,7 @@ export function createMailTransport(options: MailerOptions): MailTransport {
   if (options.smtpUrl) {
     // Bounded waits: a relay that stalls must fail the attempt (the queue retries it) well within
     // the queue's lease, rather than hold it for nodemailer's default of an hour.
+    const nodemailer = load<typeof Nodemailer>('nodemailer')
     const transport = nodemailer.createTransport({ url: options.smtpUrl, connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: 30_000 })
     return {
       async send(message) {
