@@ -128,8 +128,12 @@ export class LifecycleService {
    * mailed link must not burn it). The holder of the token already knows the address.
    */
   async resetTokenOwner(token: string): Promise<string | null> {
-    const userId = await oneTimeTokens.findLive(this.db, hashOneTimeToken(token), 'reset_password', this.deps.clock.now())
-    return userId ? ((await users.findById(this.db, userId))?.email ?? null) : null
+    return (await this.resetTokenUser(hashOneTimeToken(token)))?.email ?? null
+  }
+
+  private async resetTokenUser(tokenHash: string) {
+    const userId = await oneTimeTokens.findLive(this.db, tokenHash, 'reset_password', this.deps.clock.now())
+    return userId ? users.findById(this.db, userId) : null
   }
 
   /**
@@ -139,8 +143,7 @@ export class LifecycleService {
    */
   async resetPassword(token: string, password: string, context: RequestContext): Promise<void> {
     const tokenHash = hashOneTimeToken(token)
-    const userId = await oneTimeTokens.findLive(this.db, tokenHash, 'reset_password', this.deps.clock.now())
-    const user = userId ? await users.findById(this.db, userId) : null
+    const user = await this.resetTokenUser(tokenHash)
     if (!user) throw new AppError('INVALID_RESET_TOKEN')
     throwIfProblems(passwordProblems(password, user.email))
     const hash = await this.deps.hasher.hash(password)

@@ -4,45 +4,12 @@ import { principalOf } from '../http/bearer.ts'
 import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import type { Limits } from '../limits/limits.ts'
 import { ok } from '../http/schemas.ts'
-import type { RequestContext } from '../accounts/audit.ts'
 import type { AuthService } from './service.ts'
 import { Accepted, EmailBody, LoggedIn, LoginBody, Me, RefreshTokenBody, Refreshed, Registered, RegisterBody, TokenBody, Verified } from './schemas.ts'
 import { AppError } from '../errors.ts'
-import { TransportHeaders, type CookieTransport } from './cookie-transport.ts'
+import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
+import { emptyBodyAsObject, refreshTokenOf, TransportHeaders, type CookieTransport } from './cookie-transport.ts'
 import { REFRESH_TTL_SECONDS } from './tokens.ts'
-
-/** Auth bodies are small; a large one is refused before any parsing or hashing (16 KiB). */
-export const AUTH_BODY_LIMIT = 16 * 1024
-
-/**
- * Cookie-mode routes may have no body at all (the seed has clients send the JSON content type
- * with an empty one); the schema then sees an empty object, and the handler decides.
- */
-export async function emptyBodyAsObject(request: FastifyRequest): Promise<void> {
-  if (request.body === undefined) request.body = {}
-}
-
-/**
- * Where the refresh token of this request is: the cookie when the request opted in (from an
- * allowed origin, and then never the body), otherwise the body, where it is required.
- */
-export function refreshTokenOf(request: FastifyRequest, body: { refresh_token?: string | undefined }, cookies: CookieTransport): string | null {
-  if (cookies.requested(request)) {
-    cookies.assertOriginAllowed(request)
-    if (body.refresh_token !== undefined) {
-      throw new AppError('VALIDATION_ERROR', { details: [{ field: 'refresh_token', message: 'must not be sent in the body with X-Token-Transport: cookie' }] })
-    }
-    return cookies.read(request)
-  }
-  const token = body.refresh_token
-  if (token === undefined) throw new AppError('VALIDATION_ERROR', { details: [{ field: 'refresh_token', message: 'is required' }] })
-  return token
-}
-
-export function requestContext(request: FastifyRequest): RequestContext {
-  const agent = request.headers['user-agent']
-  return { ip: request.ip, userAgent: typeof agent === 'string' ? agent : null, requestId: request.id }
-}
 
 export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthService, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()

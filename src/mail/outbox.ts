@@ -52,11 +52,14 @@ export const outbox = {
       .execute()
   },
 
-  /** Sent: the bodies (which hold a link with a token) are erased; the row stays as the record. */
-  async markSent(db: Executor, id: string, owner: string, at: number): Promise<void> {
+  /**
+   * Sent or given up: either way the bodies (which hold a link with a token) are erased and the
+   * row stays as the record. Only the lease holder may close a mail.
+   */
+  async close(db: Executor, id: string, owner: string, outcome: { sent_at: number; last_error: null } | { failed_at: number; last_error: string }): Promise<void> {
     await db
       .updateTable('mail_outbox')
-      .set({ sent_at: at, lease_until: null, body_text: '', body_html: '', last_error: null })
+      .set({ ...outcome, lease_until: null, body_text: '', body_html: '' })
       .where('id', '=', id)
       .where('lease_owner', '=', owner)
       .execute()
@@ -64,15 +67,6 @@ export const outbox = {
 
   async retryAt(db: Executor, id: string, owner: string, at: number, error: string): Promise<void> {
     await db.updateTable('mail_outbox').set({ next_attempt_at: at, lease_until: null, last_error: error }).where('id', '=', id).where('lease_owner', '=', owner).execute()
-  },
-
-  async giveUp(db: Executor, id: string, owner: string, at: number, error: string): Promise<void> {
-    await db
-      .updateTable('mail_outbox')
-      .set({ failed_at: at, lease_until: null, body_text: '', body_html: '', last_error: error })
-      .where('id', '=', id)
-      .where('lease_owner', '=', owner)
-      .execute()
   },
 
   async pending(db: Executor): Promise<number> {

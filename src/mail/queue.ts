@@ -126,7 +126,7 @@ export class MailQueue {
       const now = this.clock.now()
       const reason = ((error as Error).message ?? 'unknown error').slice(0, 300)
       if (isPermanent(error) || now - row.created_at >= this.options.maxAgeMs) {
-        await outbox.giveUp(this.db.kysely, row.id, this.owner, now, reason)
+        await outbox.close(this.db.kysely, row.id, this.owner, { failed_at: now, last_error: reason })
         this.failed.inc({ kind: row.kind })
         this.logger.error({ mail, err: { message: reason } }, 'mail given up')
         return
@@ -137,7 +137,7 @@ export class MailQueue {
       this.logger.warn({ mail, retryInMs: delay, err: { message: reason } }, 'mail delivery failed; will retry')
       return
     }
-    await outbox.markSent(this.db.kysely, row.id, this.owner, this.clock.now())
+    await outbox.close(this.db.kysely, row.id, this.owner, { sent_at: this.clock.now(), last_error: null })
     this.sent.inc({ kind: row.kind })
   }
 

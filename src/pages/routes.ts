@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { LifecycleService } from '../accounts/lifecycle.ts'
-import { AUTH_BODY_LIMIT, requestContext } from '../auth/routes.ts'
+import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
 import type { AuthService } from '../auth/service.ts'
 import { AppError } from '../errors.ts'
 import type { Html } from '../html.ts'
