@@ -5,10 +5,11 @@ import { LifecycleService } from './accounts/lifecycle.ts'
 import { AccountService } from './accounts/service.ts'
 import { KeyStore } from './auth/keys.ts'
 import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
-import { SessionGate, type SessionGateOptions } from './auth/revocation.ts'
+import { SessionGate } from './auth/revocation.ts'
 import { AuthService } from './auth/service.ts'
 import { REFRESH_TTL_SECONDS, TokenService } from './auth/tokens.ts'
 import { Background } from './background.ts'
+import { ChangeFeed, type ChangeFeedOptions } from './changes/feed.ts'
 import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
 import { migrate, openDatabase, type Db } from './db/index.ts'
@@ -30,8 +31,8 @@ export interface AppOverrides {
   /** A database the caller owns (and closes); by default one is opened from the config. */
   db?: Db
   mailTransport?: MailTransport
-  /** Revocation-feed timings (poll interval, window). */
-  gate?: SessionGateOptions
+  /** Change-feed timings (poll interval, window, retention). */
+  feed?: ChangeFeedOptions
   /** Where log lines go; stdout by default. */
   logStream?: Writable
   /** Mail queue timings (poll interval, retry delays, lease). */
@@ -48,6 +49,7 @@ export interface AppServices {
   lifecycle: LifecycleService
   accounts: AccountService
   watchlists: WatchlistService
+  feed: ChangeFeed
   gate: SessionGate
   background: Background
   mailQueue: MailQueue
@@ -92,9 +94,10 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     mailQueue.start()
     started.push(() => mailQueue.stop())
     const background = new Background(logger)
-    const gate = new SessionGate(db, logger, overrides.gate)
-    gate.start()
-    started.push(() => gate.stop())
+    const feed = new ChangeFeed(db, logger, { clock, ...overrides.feed })
+    const gate = new SessionGate(db, feed, { clock })
+    feed.start()
+    started.push(() => feed.stop())
     const hasher = boundedHasher(overrides.hasher ?? createArgon2Hasher(), config.hashing)
     const store = config.redisUrl
       ? new RedisStore(config.redisUrl, (error) => logger.warn({ err: { message: error.message } }, 'redis connection problem'))
@@ -109,8 +112,8 @@ export async function startServices(config: Config, overrides: AppOverrides, log
       requireEmailVerification: config.requireEmailVerification,
       verifyEmailUrl: config.verifyEmailUrl,
     })
-    const lifecycle = new LifecycleService({ db, clock, hasher, tokens, gate, mailQueue, background, limits, brand, resetPasswordUrl: config.resetPasswordUrl })
-    const accounts = new AccountService(db, clock, (changes) => gate.apply(changes))
+    const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, resetPasswordUrl: config.resetPasswordUrl })
+    const accounts = new AccountService(db, clock, (changes) => feed.applyLocally(changes))
     const cursorSecret = await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now())
     const watchlists = new WatchlistService(db, clock, new CursorCodec(cursorSecret))
     metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
@@ -118,7 +121,7 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     metrics.gauge({ name: 'portcullis_verified_tokens_cached', help: 'Verified access tokens remembered (signature checks skipped on reuse).', read: () => tokens.cachedTokens() })
     metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
 
-    const services = { db, keys, tokens, auth, lifecycle, accounts, watchlists, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
+    const services = { db, keys, tokens, auth, lifecycle, accounts, watchlists, feed, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
     return {
       services,
       async stop() {

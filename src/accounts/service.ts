@@ -2,7 +2,7 @@ import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import { auditEvents, users, type AuditEventRow, type UserRow } from '../db/repositories.ts'
 import { normaliseEmail } from '../auth/input.ts'
-import { publishChanges, type AuthChange } from '../auth/revocation.ts'
+import { publishChanges, type Change } from '../changes/feed.ts'
 import { CLI_CONTEXT, recordEvent, type AuditType, type RequestContext } from './audit.ts'
 
 export type DisableReason = NonNullable<UserRow['disabled_reason']>
@@ -44,12 +44,12 @@ export class AccountService {
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
-    private readonly onChange: (changes: AuthChange[]) => void = () => {},
+    private readonly onChange: (changes: Change[]) => void = () => {},
     private readonly context: RequestContext = CLI_CONTEXT,
   ) {}
 
   private async change(user: UserRow, type: AuditType, reason: string | null, write: (trx: Db['kysely']) => Promise<unknown>): Promise<AccountSummary> {
-    const change: AuthChange = { kind: 'user_changed', user_id: user.id }
+    const change: Change = { kind: 'user_changed', user_id: user.id }
     await this.db.kysely.transaction().execute(async (trx) => {
       await write(trx)
       await publishChanges(trx, [change])

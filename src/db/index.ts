@@ -9,6 +9,7 @@ import * as m0001 from './migrations/0001_initial.ts'
 import * as m0002 from './migrations/0002_watchlists.ts'
 import * as m0003 from './migrations/0003_lifecycle.ts'
 import * as m0004 from './migrations/0004_mail_outbox.ts'
+import { changeFeed } from './migrations/0005_change_feed.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -116,16 +117,20 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
   }
 }
 
-const migrations: Record<string, Migration> = {
-  '0001_initial': m0001,
-  '0002_watchlists': m0002,
-  '0003_lifecycle': m0003,
-  '0004_mail_outbox': m0004,
+/** Every migration in order; a few need to know the engine (identity columns, clock defaults). */
+function migrationsFor(engine: Engine): Record<string, Migration> {
+  return {
+    '0001_initial': m0001,
+    '0002_watchlists': m0002,
+    '0003_lifecycle': m0003,
+    '0004_mail_outbox': m0004,
+    '0005_change_feed': changeFeed(engine),
+  }
 }
 
 /** Applies every pending migration; safe to run from several processes at once on PostgreSQL. */
 export async function migrate(db: Db): Promise<string[]> {
-  const migrator = new Migrator({ db: db.kysely, provider: { getMigrations: async () => migrations } })
+  const migrator = new Migrator({ db: db.kysely, provider: { getMigrations: async () => migrationsFor(db.engine) } })
   const { error, results } = await migrator.migrateToLatest()
   if (error) throw error
   return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName)

@@ -1,18 +1,20 @@
-import type { Kysely, Selectable } from 'kysely'
+import { sql, type Kysely, type Selectable } from 'kysely'
 import { randomUUID } from 'node:crypto'
-import type { AuditEventsTable, AuthChangesTable, Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable, WatchlistsTable } from './schema.ts'
+import { databaseNowMs } from './now.ts'
+import type { AuditEventsTable, ChangeFeedTable, Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable, WatchlistsTable } from './schema.ts'
 
 /**
  * Storage calls, one group a table. Each takes the executor first, so the same call runs on the
  * pool or inside a transaction. They return data or null; services decide what that means.
  */
 type Executor = Kysely<Database>
+type Engine = 'sqlite' | 'postgres'
 
 export type UserRow = Selectable<UsersTable>
 export type SessionRow = Selectable<SessionsTable>
 export type SigningKeyRow = Selectable<SigningKeysTable>
 export type WatchlistRow = Selectable<WatchlistsTable>
-export type AuthChangeRow = Selectable<AuthChangesTable>
+export type ChangeRow = Selectable<ChangeFeedTable>
 export type AuditEventRow = Selectable<AuditEventsTable>
 
 export const users = {
@@ -173,21 +175,28 @@ export const oneTimeTokens = {
   },
 }
 
-export const authChanges = {
-  async publish(db: Executor, changes: { kind: AuthChangesTable['kind']; user_id: string; session_id?: string | null }[], at: number): Promise<void> {
+export const changeFeed = {
+  /** `seq` and `at` come from the database. */
+  async publish(db: Executor, changes: { kind: ChangeFeedTable['kind']; user_id?: string; target_id?: string }[]): Promise<void> {
     if (changes.length === 0) return
     await db
-      .insertInto('auth_changes')
-      .values(changes.map((change) => ({ id: randomUUID(), kind: change.kind, user_id: change.user_id, session_id: change.session_id ?? null, created_at: at })))
+      .insertInto('change_feed')
+      .values(changes.map((change) => ({ kind: change.kind, user_id: change.user_id ?? null, target_id: change.target_id ?? null })))
       .execute()
   },
 
-  async since(db: Executor, at: number): Promise<AuthChangeRow[]> {
-    return db.selectFrom('auth_changes').selectAll().where('created_at', '>=', at).orderBy('created_at').orderBy('id').execute()
+  /** The rows of the last `windowMs`, by the database's clock. */
+  async recent(db: Executor, engine: Engine, windowMs: number): Promise<ChangeRow[]> {
+    return db
+      .selectFrom('change_feed')
+      .selectAll()
+      .where('at', '>=', sql<number>`${databaseNowMs(engine)} - ${windowMs}`)
+      .orderBy('seq')
+      .execute()
   },
 
-  async prune(db: Executor, before: number): Promise<void> {
-    await db.deleteFrom('auth_changes').where('created_at', '<', before).execute()
+  async prune(db: Executor, engine: Engine, olderThanMs: number): Promise<void> {
+    await db.deleteFrom('change_feed').where('at', '<', sql<number>`${databaseNowMs(engine)} - ${olderThanMs}`).execute()
   },
 }
 

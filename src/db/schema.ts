@@ -71,6 +71,17 @@ export interface AuthChangesTable {
   created_at: number
 }
 
+export type ChangeKind = 'session_revoked' | 'user_changed' | 'api_key_revoked'
+
+/** Numbered and stamped by the database (column defaults), never by an instance's clock. */
+export interface ChangeFeedTable {
+  seq: Generated<number>
+  at: Generated<number>
+  kind: ChangeKind
+  user_id: string | null
+  target_id: string | null
+}
+
 export interface AuditEventsTable {
   id: string
   at: number
@@ -110,6 +121,7 @@ export interface Database {
   watchlists: WatchlistsTable
   secrets: SecretsTable
   auth_changes: AuthChangesTable
+  change_feed: ChangeFeedTable
   audit_events: AuditEventsTable
   mail_outbox: MailOutboxTable
 }

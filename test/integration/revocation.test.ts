@@ -3,7 +3,7 @@ import { after, before, describe, test } from 'node:test'
 import { decodeJwt } from 'jose'
 import { runCli } from '../../src/cli.ts'
 import { createStorage, ENGINES, type TestStorage } from '../helpers/db.ts'
-import { PASSWORD, registerVerifyLogin, startTestApp, within, type TestApp } from '../helpers/app.ts'
+import { PASSWORD, registerVerifyLogin, startTestApp, TestClock, within, type TestApp } from '../helpers/app.ts'
 
 /**
  * Two instances on one database, each with its own in-memory gate. Instance A has already
@@ -74,17 +74,37 @@ for (const engine of ENGINES) {
     })
 
     test('with the feed switched off on A, A keeps accepting: the bound comes from the feed, not from a query per request', async () => {
-      const lazy = await startTestApp(engine, { storage, overrides: { gate: { pollMs: 3_600_000 } } })
+      const lazy = await startTestApp(engine, { storage, overrides: { feed: { pollMs: 3_600_000 } } })
       try {
         const user = await registerVerifyLogin(lazy)
         assert.equal(await code(lazy, user.access_token), 'OK')
         assert.equal((await b.post('/auth/logout', { refresh_token: user.refresh_token })).statusCode, 200)
         await new Promise((resolve) => setTimeout(resolve, 600))
         assert.equal(await code(lazy, user.access_token), 'OK')
-        await lazy.app.services.gate.poll()
+        await lazy.app.services.feed.poll()
         assert.equal(await code(lazy, user.access_token), 'INVALID_TOKEN')
       } finally {
         await lazy.close()
+      }
+    })
+
+    test('instances whose clocks disagree share the feed: one 16 minutes ahead still applies, one 2 hours ahead prunes nothing unread', async () => {
+      const ahead = await startTestApp(engine, { storage, overrides: { clock: new TestClock(Date.now() + 16 * 60_000) } })
+      const farAhead = await startTestApp(engine, { storage, overrides: { clock: new TestClock(Date.now() + 2 * 3600_000) } })
+      try {
+        const user = await registerVerifyLogin(ahead)
+        assert.equal(await code(ahead, user.access_token), 'OK')
+        // Logout-all through A (correct clock) with a token A issued, revoking the session on `ahead` too.
+        const onA = (await a.post('/auth/login', { email: user.email, password: PASSWORD })).json().data.access_token
+        assert.equal((await a.post('/auth/logout-all', undefined, onA)).statusCode, 200)
+        // The far-ahead instance reads and prunes the feed by its own pacing; nothing unread may go.
+        await farAhead.app.services.feed.poll()
+        const rows = await a.app.services.db.kysely.selectFrom('change_feed').select('seq').where('user_id', '=', user.userId).execute()
+        assert.ok(rows.length >= 2, `the revocations are still in the feed (${rows.length})`)
+        await within(1000, async () => (await code(ahead, user.access_token)) === 'INVALID_TOKEN')
+      } finally {
+        await ahead.close()
+        await farAhead.close()
       }
     })
   })
