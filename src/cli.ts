@@ -1,5 +1,6 @@
 import { AccountService, DISABLE_REASONS, UnknownUserError, type DisableReason } from './accounts/service.ts'
-import { describeKeys, rotateSigningKey } from './auth/keys.ts'
+import { KeyEncryptionError, KeySealer, resolveKek } from './auth/key-encryption.ts'
+import { describeKeys, rewrapStoredKeys, rotateSigningKey, sealStoredKeys } from './auth/keys.ts'
 import { REFRESH_TTL_SECONDS } from './auth/tokens.ts'
 import { systemClock, type Clock } from './clock.ts'
 import { ConfigError, loadConfig } from './config.ts'
@@ -162,10 +163,26 @@ export async function runCli(
         })
       case 'keys rotate':
         return await withDatabase(env, async (db) => {
-          const kid = await rotateSigningKey(db, clock.now())
+          const config = loadConfig(env)
+          const sealer = new KeySealer(resolveKek(config.keyEncryptionKey, config.dataDir, (message) => io.err(`portcullis: ${message}`)))
+          await sealStoredKeys(db, sealer)
+          const kid = await rotateSigningKey(db, sealer, clock.now())
           io.out(`new signing key ${kid}; running instances sign with it within a minute, old keys keep verifying`)
           return 0
         })
+      case 'keys rewrap': {
+        const config = loadConfig(env)
+        if (!config.oldKeyEncryptionKey || !config.keyEncryptionKey) {
+          throw new UsageError('keys rewrap needs OLD_KEY_ENCRYPTION_KEY (the key in use) and KEY_ENCRYPTION_KEY (the new one)')
+        }
+        const from = new KeySealer(config.oldKeyEncryptionKey)
+        const to = new KeySealer(config.keyEncryptionKey)
+        return await withDatabase(env, async (db) => {
+          const count = await rewrapStoredKeys(db, from, to)
+          io.out(`re-encrypted ${count} stored key(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
+          return 0
+        })
+      }
       default:
         throw new UsageError(group === undefined ? 'a command is required' : `unknown command: ${[group, action].filter(Boolean).join(' ')}`)
     }
@@ -175,7 +192,7 @@ export async function runCli(
       io.err(USAGE)
       return 2
     }
-    if (error instanceof UnknownUserError || error instanceof ConfigError) {
+    if (error instanceof UnknownUserError || error instanceof ConfigError || error instanceof KeyEncryptionError) {
       io.err(`portcullis: ${error.message}`)
       return 1
     }

@@ -3,6 +3,7 @@ import { isIP } from 'node:net'
 import path from 'node:path'
 import Type, { type Static } from 'typebox'
 import Value from 'typebox/value'
+import { decodeKek } from './auth/key-encryption.ts'
 
 /**
  * Every environment variable the service reads, in one schema. The configuration type is derived
@@ -40,6 +41,8 @@ const EnvSchema = Type.Object({
   HASH_QUEUE: Type.Integer({ minimum: 0, maximum: 100_000, default: 64 }),
   MAIL_MAX_AGE_HOURS: Type.Integer({ minimum: 1, maximum: 720, default: 24 }),
   MAIL_LEASE_SECONDS: Type.Integer({ minimum: 1, maximum: 3600, default: 120 }),
+  KEY_ENCRYPTION_KEY: Type.Optional(Type.String({ minLength: 1 })),
+  OLD_KEY_ENCRYPTION_KEY: Type.Optional(Type.String({ minLength: 1 })),
   SHUTDOWN_DRAIN_SECONDS: Type.Optional(Type.Integer({ minimum: 0, maximum: 60 })),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
@@ -110,6 +113,13 @@ function parseEnv(source: Record<string, string | undefined>): Env {
   return withDefaults as Env
 }
 
+function parseKek(variable: string, value: string | undefined): Buffer | undefined {
+  if (value === undefined) return undefined
+  const key = decodeKek(value)
+  if (!key) throw new ConfigError(variable, 'must be base64 of exactly 32 bytes (openssl rand -base64 32)')
+  return key
+}
+
 const ORIGIN = /^https?:\/\/[A-Za-z0-9.-]+(:\d{1,5})?$/
 
 function parseOrigins(value: string | undefined): string[] {
@@ -137,6 +147,9 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     tls = { cert: readFileSync(env.TLS_CERT_FILE), key: readFileSync(env.TLS_KEY_FILE) }
   }
 
+  const keyEncryptionKey = parseKek('KEY_ENCRYPTION_KEY', env.KEY_ENCRYPTION_KEY)
+  const oldKeyEncryptionKey = parseKek('OLD_KEY_ENCRYPTION_KEY', env.OLD_KEY_ENCRYPTION_KEY)
+
   if (env.APP_NAME.trim() === '') throw new ConfigError('APP_NAME', describe('APP_NAME', EnvSchema.properties.APP_NAME))
 
   const publicUrl = (env.PUBLIC_URL ?? `${tls ? 'https' : 'http'}://localhost:${env.PORT}`).replace(/\/+$/, '')
@@ -148,6 +161,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     }
     if (!env.SMTP_URL) throw new ConfigError('SMTP_URL', 'must be set in production (mail cannot go to the outbox)')
     if (!publicUrl.startsWith('https://')) throw new ConfigError('PUBLIC_URL', 'must be an https:// URL in production')
+    // A database copy alone must not be enough to sign tokens: the key lives outside it.
+    if (!keyEncryptionKey) throw new ConfigError('KEY_ENCRYPTION_KEY', 'must be set in production (base64 of 32 random bytes: openssl rand -base64 32)')
   }
 
   return {
@@ -173,6 +188,10 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     /** Where the pages' success screens link back to, when set; never taken from a request. */
     appUrl: env.APP_URL,
     logLevel: env.LOG_LEVEL,
+    /** Encrypts the private signing keys (and the API-key hashing secret); development generates one into DATA_DIR. */
+    keyEncryptionKey,
+    /** Only for `portcullis keys rewrap`: the key the stored values are encrypted under now. */
+    oldKeyEncryptionKey,
     /** The durable mail queue: give up after this age; a claimed mail is one instance's for the lease. */
     mailQueue: { maxAgeMs: env.MAIL_MAX_AGE_HOURS * 3600_000, leaseMs: env.MAIL_LEASE_SECONDS * 1000 },
     /** After SIGTERM: how long /readyz says 503 while everything else is still served (5 s in production). */

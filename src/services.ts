@@ -3,6 +3,7 @@ import path from 'node:path'
 import type { Writable } from 'node:stream'
 import { LifecycleService } from './accounts/lifecycle.ts'
 import { AccountService } from './accounts/service.ts'
+import { KeySealer, resolveKek } from './auth/key-encryption.ts'
 import { KeyStore } from './auth/keys.ts'
 import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
 import { SessionGate } from './auth/revocation.ts'
@@ -44,6 +45,8 @@ export interface AppOverrides {
 export interface AppServices {
   db: Db
   keys: KeyStore
+  /** Seals and opens what is stored encrypted under KEY_ENCRYPTION_KEY. */
+  sealer: KeySealer
   tokens: TokenService
   auth: AuthService
   lifecycle: LifecycleService
@@ -82,7 +85,8 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     // Read the blocklist at start, not on the first registration's request path.
     loadCommonPasswords()
     await migrate(db)
-    const keys = new KeyStore(db, { clock, refreshTtlSeconds: REFRESH_TTL_SECONDS })
+    const sealer = new KeySealer(resolveKek(config.keyEncryptionKey, config.dataDir, (message) => logger.warn({}, message)))
+    const keys = new KeyStore(db, { clock, sealer, refreshTtlSeconds: REFRESH_TTL_SECONDS })
     await keys.start()
     started.push(() => keys.stop())
     const metrics = new Metrics()
@@ -121,7 +125,7 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     metrics.gauge({ name: 'portcullis_verified_tokens_cached', help: 'Verified access tokens remembered (signature checks skipped on reuse).', read: () => tokens.cachedTokens() })
     metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
 
-    const services = { db, keys, tokens, auth, lifecycle, accounts, watchlists, feed, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
+    const services = { db, keys, sealer, tokens, auth, lifecycle, accounts, watchlists, feed, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
     return {
       services,
       async stop() {

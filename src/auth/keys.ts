@@ -2,6 +2,7 @@ import { calculateJwkThumbprint, exportJWK, generateKeyPair, importJWK, type JWK
 import type { Db } from '../db/index.ts'
 import { signingKeys, type SigningKeyRow } from '../db/repositories.ts'
 import type { Clock } from '../clock.ts'
+import { KeyEncryptionError, KeySealer } from './key-encryption.ts'
 
 export const SIGNING_ALG = 'EdDSA'
 
@@ -22,6 +23,8 @@ interface LoadedKey {
 
 export interface KeyStoreOptions {
   clock: Clock
+  /** Opens and seals the private keys (AES-256-GCM under KEY_ENCRYPTION_KEY). */
+  sealer: KeySealer
   refreshTtlSeconds: number
   /** How often other instances' rotations are picked up even when no unknown kid forces it. */
   reloadIntervalMs?: number
@@ -29,19 +32,64 @@ export interface KeyStoreOptions {
   unknownKidReloadMs?: number
 }
 
-async function createKeyRow(now: number): Promise<SigningKeyRow> {
+/** What a sealed private key is bound to: a sealed value moved to another row does not open. */
+function aadOf(kid: string): string {
+  return `signing_key:${kid}`
+}
+
+async function createKeyRow(now: number, sealer: KeySealer): Promise<SigningKeyRow> {
   const { publicKey, privateKey } = await generateKeyPair(SIGNING_ALG, { extractable: true })
   const publicJwk = await exportJWK(publicKey)
-  const privateJwk = await exportJWK(privateKey)
   const kid = await calculateJwkThumbprint(publicJwk)
-  return { kid, alg: SIGNING_ALG, public_jwk: JSON.stringify(publicJwk), private_jwk: JSON.stringify(privateJwk), created_at: now }
+  const privateJwk = sealer.seal(JSON.stringify(await exportJWK(privateKey)), aadOf(kid))
+  return { kid, alg: SIGNING_ALG, public_jwk: JSON.stringify(publicJwk), private_jwk: privateJwk, created_at: now }
 }
 
 /** Adds a new signing key; every instance signs with it once it has reloaded. */
-export async function rotateSigningKey(db: Db, now: number): Promise<string> {
-  const row = await createKeyRow(now)
+export async function rotateSigningKey(db: Db, sealer: KeySealer, now: number): Promise<string> {
+  const row = await createKeyRow(now, sealer)
   await signingKeys.insert(db.kysely, row)
   return row.kid
+}
+
+/** The private JWK of a stored row; a row from before encryption at rest is still read. */
+function privateJwkOf(row: SigningKeyRow, sealer: KeySealer): JWK {
+  return JSON.parse(KeySealer.isSealed(row.private_jwk) ? sealer.open(row.private_jwk, aadOf(row.kid)) : row.private_jwk) as JWK
+}
+
+/**
+ * At start-up: proves the key opens every sealed private key, then seals any stored in the clear
+ * (a database from before encryption at rest). Nothing is written unless every check passed, so
+ * a wrong KEY_ENCRYPTION_KEY stops start-up and changes nothing.
+ */
+export async function sealStoredKeys(db: Db, sealer: KeySealer): Promise<number> {
+  const rows = await signingKeys.list(db.kysely)
+  for (const row of rows) if (KeySealer.isSealed(row.private_jwk)) sealer.open(row.private_jwk, aadOf(row.kid))
+  let sealed = 0
+  for (const row of rows.filter((r) => !KeySealer.isSealed(r.private_jwk))) {
+    // Conditional on the clear value, so two instances starting together seal each row once.
+    if (await signingKeys.replacePrivate(db.kysely, row.kid, row.private_jwk, sealer.seal(row.private_jwk, aadOf(row.kid)))) sealed++
+  }
+  return sealed
+}
+
+/**
+ * Re-encrypts every private key from the old key-encryption key to the new one, in one
+ * transaction: all or nothing. A row the new key already opens is left alone, so an interrupted
+ * or repeated rewrap is harmless; a row neither key opens stops it.
+ */
+export async function rewrapStoredKeys(db: Db, from: KeySealer, to: KeySealer): Promise<number> {
+  return db.kysely.transaction().execute(async (trx) => {
+    let rewrapped = 0
+    for (const row of await signingKeys.list(trx)) {
+      if (KeySealer.isSealed(row.private_jwk) && to.tryOpen(row.private_jwk, aadOf(row.kid)) !== null) continue
+      const clear = KeySealer.isSealed(row.private_jwk) ? from.tryOpen(row.private_jwk, aadOf(row.kid)) : row.private_jwk
+      if (clear === null) throw new KeyEncryptionError(`OLD_KEY_ENCRYPTION_KEY does not decrypt signing key ${row.kid}; nothing was changed`)
+      await signingKeys.replacePrivate(trx, row.kid, row.private_jwk, to.seal(clear, aadOf(row.kid)))
+      rewrapped++
+    }
+    return rewrapped
+  })
 }
 
 export function describeKeys(rows: SigningKeyRow[], now: number, refreshTtlSeconds: number) {
@@ -71,9 +119,10 @@ export class KeyStore {
 
   /** Loads the keys and creates the first one on a new database. */
   async start(): Promise<void> {
+    await sealStoredKeys(this.db, this.options.sealer)
     await this.reload()
     if (!this.signing) {
-      await rotateSigningKey(this.db, this.options.clock.now())
+      await rotateSigningKey(this.db, this.options.sealer, this.options.clock.now())
       await this.reload()
     }
     const interval = this.options.reloadIntervalMs ?? 60_000
@@ -114,7 +163,7 @@ export class KeyStore {
         retiresAt,
         publicJwk,
         publicKey: (await importJWK(publicJwk, SIGNING_ALG)) as CryptoKey,
-        privateKey: (await importJWK(JSON.parse(row.private_jwk) as JWK, SIGNING_ALG)) as CryptoKey,
+        privateKey: (await importJWK(privateJwkOf(row, this.options.sealer), SIGNING_ALG)) as CryptoKey,
       })
     }
     this.keys = next

@@ -221,6 +221,12 @@ export const signingKeys = {
   async insert(db: Executor, row: SigningKeyRow): Promise<void> {
     await db.insertInto('signing_keys').values(row).execute()
   },
+
+  /** Swaps the stored private key only if it is still `previous`; true when it did. */
+  async replacePrivate(db: Executor, kid: string, previous: string, next: string): Promise<boolean> {
+    const result = await db.updateTable('signing_keys').set({ private_jwk: next }).where('kid', '=', kid).where('private_jwk', '=', previous).executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
 }
 
 export const secrets = {

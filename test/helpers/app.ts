@@ -59,7 +59,15 @@ export async function startTestApp(engine: EngineName, options: TestAppOptions =
     ...options.env,
   })
   const clock = new TestClock()
-  const app = await buildApp(config, { clock, hasher: fastHasher, ...options.overrides })
+  let app: FastifyInstance
+  try {
+    app = await buildApp(config, { clock, hasher: fastHasher, ...options.overrides })
+  } catch (error) {
+    // A start-up that fails (a test of a refused start) must not leave the mail catcher listening.
+    await mail.close()
+    if (!options.storage) await storage.drop()
+    throw error
+  }
   const base = config.basePath
   const auth = (token?: string) => (token ? { authorization: `Bearer ${token}` } : {})
   return {

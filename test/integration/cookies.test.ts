@@ -139,7 +139,7 @@ for (const engine of ENGINES) {
 describe('cookie mode in production', () => {
   let t: TestApp
   before(async () => {
-    t = await startTestApp('sqlite', { env: { NODE_ENV: 'production', TRUST_PROXY: '127.0.0.1', PUBLIC_URL: 'https://auth.example.com' } })
+    t = await startTestApp('sqlite', { env: { NODE_ENV: 'production', TRUST_PROXY: '127.0.0.1', PUBLIC_URL: 'https://auth.example.com', KEY_ENCRYPTION_KEY: Buffer.alloc(32, 1).toString('base64') } })
   })
   after(async () => {
     await t.close()

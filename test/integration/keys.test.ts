@@ -38,7 +38,7 @@ for (const engine of ENGINES) {
         // A rotation happens later than the first key's creation; the test clock must say so too.
         a.clock.advance(60)
         b.clock.advance(60)
-        const newKid = await rotateSigningKey(a.app.services.db, a.clock.now())
+        const newKid = await rotateSigningKey(a.app.services.db, a.app.services.sealer, a.clock.now())
         await a.app.services.keys.reload()
 
         const fresh = await a.post('/auth/login', { email: before.email, password: PASSWORD })

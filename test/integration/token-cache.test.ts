@@ -56,7 +56,7 @@ for (const engine of ENGINES) {
       const user = await registerVerifyLogin(t)
       assert.equal(await code(user.access_token), undefined)
       const { kid } = JSON.parse(Buffer.from(user.access_token.split('.')[0]!, 'base64url').toString()) as { kid: string }
-      await rotateSigningKey(t.app.services.db, t.clock.now())
+      await rotateSigningKey(t.app.services.db, t.app.services.sealer, t.clock.now())
       await t.app.services.db.kysely.deleteFrom('signing_keys').where('kid', '=', kid).execute()
       await t.app.services.keys.reload()
       assert.equal(await code(user.access_token), 'INVALID_TOKEN')

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { registerVerifyLogin, startTestApp } from '../helpers/app.ts'
 
-const PRODUCTION = { NODE_ENV: 'production', TRUST_PROXY: '127.0.0.1', PUBLIC_URL: 'https://auth.example.com' }
+const PRODUCTION = { NODE_ENV: 'production', TRUST_PROXY: '127.0.0.1', PUBLIC_URL: 'https://auth.example.com', KEY_ENCRYPTION_KEY: Buffer.alloc(32, 1).toString('base64') }
 
 describe('security: headers and transport', () => {
   test('every answer carries nosniff, frame DENY, no referrer, a deny-all CSP and no-store; no HSTS in development', async () => {
@@ -100,7 +100,7 @@ describe('security: native TLS', () => {
     const cert = path.join(dir, 'cert.pem')
     const key = path.join(dir, 'key.pem')
     execFileSync('openssl', ['req', '-x509', '-newkey', 'ed25519', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-keyout', key, '-out', cert], { stdio: 'ignore' })
-    const t = await startTestApp('sqlite', { env: { NODE_ENV: 'production', TLS_CERT_FILE: cert, TLS_KEY_FILE: key, PUBLIC_URL: 'https://localhost' } })
+    const t = await startTestApp('sqlite', { env: { NODE_ENV: 'production', TLS_CERT_FILE: cert, TLS_KEY_FILE: key, PUBLIC_URL: 'https://localhost', KEY_ENCRYPTION_KEY: Buffer.alloc(32, 1).toString('base64') } })
     try {
       await t.app.listen({ port: 0, host: '127.0.0.1' })
       const port = (t.app.server.address() as { port: number }).port

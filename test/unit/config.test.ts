@@ -48,7 +48,10 @@ describe('config', () => {
     assert.throws(() => loadConfig({ NODE_ENV: 'production', SMTP_URL: 'smtp://relay:25', PUBLIC_URL: 'https://auth.example' }), /TLS_CERT_FILE or TRUST_PROXY/)
     assert.throws(() => loadConfig({ NODE_ENV: 'production', TRUST_PROXY: '10.0.0.1', PUBLIC_URL: 'https://auth.example' }), /SMTP_URL must be set in production/)
     assert.throws(() => loadConfig({ NODE_ENV: 'production', TRUST_PROXY: '10.0.0.1', SMTP_URL: 'smtp://relay:25' }), /PUBLIC_URL must be an https/)
-    const ok = loadConfig({ NODE_ENV: 'production', TRUST_PROXY: '10.0.0.0/8, loopback', SMTP_URL: 'smtp://relay:25', PUBLIC_URL: 'https://auth.example/', BASE_PATH: '/v1' })
+    const production = { NODE_ENV: 'production', TRUST_PROXY: '10.0.0.0/8, loopback', SMTP_URL: 'smtp://relay:25', PUBLIC_URL: 'https://auth.example/', BASE_PATH: '/v1' }
+    assert.throws(() => loadConfig(production), /^Error: Invalid configuration: KEY_ENCRYPTION_KEY must be set in production|KEY_ENCRYPTION_KEY must be set in production/)
+    assert.throws(() => loadConfig({ ...production, KEY_ENCRYPTION_KEY: Buffer.alloc(16).toString('base64') }), /KEY_ENCRYPTION_KEY must be base64 of exactly 32 bytes/)
+    const ok = loadConfig({ ...production, KEY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString('base64') })
     assert.deepEqual(ok.trustProxy, ['10.0.0.0/8', 'loopback'])
     assert.equal(ok.audience, 'https://auth.example/v1')
   })
