@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import Fastify, { LogController, type FastifyInstance } from 'fastify'
-import { protectedLifecycleRoutes, publicLifecycleRoutes } from './accounts/routes.ts'
+import { dataRightsRoutes, protectedLifecycleRoutes, publicLifecycleRoutes } from './accounts/routes.ts'
 import { CookieTransport } from './auth/cookie-transport.ts'
 import { protectedAuthRoutes, publicAuthRoutes } from './auth/routes.ts'
 import type { Config } from './config.ts'
@@ -103,7 +103,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
 
   await registerApiDocs(app, config.publicUrl)
 
-  const { auth, lifecycle, db, keys, watchlists, limits, hasher, metrics, readiness } = services
+  const { auth, lifecycle, dataRights, db, keys, watchlists, limits, hasher, metrics, readiness } = services
   await app.register(opsRoutes, { db, keys, metrics, readiness })
   // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
   await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand: { appName: config.appName, appUrl: config.appUrl } })
@@ -117,6 +117,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
         protect(scope, auth)
         await protectedAuthRoutes(scope, auth)
         await protectedLifecycleRoutes(scope, lifecycle, hasher)
+        await dataRightsRoutes(scope, dataRights, limits, hasher)
         await watchlistRoutes(scope, watchlists)
       })
     },

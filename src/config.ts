@@ -37,6 +37,7 @@ const EnvSchema = Type.Object({
   RATE_LIMIT_REGISTER_PER_IP: Type.Integer({ minimum: 1, default: 20 }),
   RATE_LIMIT_MAIL_PER_IP: Type.Integer({ minimum: 1, default: 20 }),
   RATE_LIMIT_MAIL_PER_ADDRESS: Type.Integer({ minimum: 1, default: 5 }),
+  RATE_LIMIT_API_KEY_FAILURES_PER_IP: Type.Integer({ minimum: 1, default: 10 }),
   HASH_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
   HASH_QUEUE: Type.Integer({ minimum: 0, maximum: 100_000, default: 64 }),
   MAIL_MAX_AGE_HOURS: Type.Integer({ minimum: 1, maximum: 720, default: 24 }),
@@ -203,6 +204,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
       registerPerIpPerHour: env.RATE_LIMIT_REGISTER_PER_IP,
       mailPerIpPerHour: env.RATE_LIMIT_MAIL_PER_IP,
       mailPerAddressPerHour: env.RATE_LIMIT_MAIL_PER_ADDRESS,
+      apiKeyFailuresPerIpPerMinute: env.RATE_LIMIT_API_KEY_FAILURES_PER_IP,
     },
     hashing: { concurrency: env.HASH_CONCURRENCY, queue: env.HASH_QUEUE },
     /** The `iss` of every token this service signs. */

@@ -22,6 +22,8 @@ export const ErrorCodes = {
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The request body must be application/json.' },
   LIMIT_EXCEEDED: { status: 409, message: 'A limit has been reached.' },
   HTTPS_REQUIRED: { status: 403, message: 'This service only answers over HTTPS.' },
+  INVALID_API_KEY: { status: 401, message: 'The API key is not valid.' },
+  INSUFFICIENT_SCOPE: { status: 403, message: 'The API key lacks the scope this route needs.' },
   ORIGIN_NOT_ALLOWED: { status: 403, message: 'This origin may not use the browser session cookie.' },
   RATE_LIMITED: { status: 429, message: 'Too many requests; try again later.' },
   INTERNAL_ERROR: { status: 500, message: 'An internal error occurred.' },

@@ -2,7 +2,9 @@ import { randomBytes } from 'node:crypto'
 import path from 'node:path'
 import type { Writable } from 'node:stream'
 import { LifecycleService } from './accounts/lifecycle.ts'
+import { DataRights } from './accounts/data-rights.ts'
 import { AccountService } from './accounts/service.ts'
+import { AuditLog } from './audit/service.ts'
 import { KeySealer, resolveKek } from './auth/key-encryption.ts'
 import { KeyStore } from './auth/keys.ts'
 import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
@@ -22,7 +24,7 @@ import { MemoryStore, RedisStore } from './limits/store.ts'
 import type { Logger } from './logger.ts'
 import { createMailTransport, type MailTransport } from './mail/index.ts'
 import { DEFAULT_MAIL_QUEUE, MailQueue, type MailQueueOptions } from './mail/queue.ts'
-import { CursorCodec } from './watchlists/cursor.ts'
+import { CursorCodec } from './cursor.ts'
 import { WatchlistService } from './watchlists/service.ts'
 
 /** Everything a test (or another embedding) may replace. */
@@ -51,6 +53,8 @@ export interface AppServices {
   auth: AuthService
   lifecycle: LifecycleService
   accounts: AccountService
+  dataRights: DataRights
+  audit: AuditLog
   watchlists: WatchlistService
   feed: ChangeFeed
   gate: SessionGate
@@ -119,13 +123,16 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, resetPasswordUrl: config.resetPasswordUrl })
     const accounts = new AccountService(db, clock, (changes) => feed.applyLocally(changes))
     const cursorSecret = await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now())
-    const watchlists = new WatchlistService(db, clock, new CursorCodec(cursorSecret))
+    const cursors = new CursorCodec(cursorSecret)
+    const watchlists = new WatchlistService(db, clock, cursors)
+    const audit = new AuditLog(db, cursors)
+    const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists })
     metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
     metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
     metrics.gauge({ name: 'portcullis_verified_tokens_cached', help: 'Verified access tokens remembered (signature checks skipped on reuse).', read: () => tokens.cachedTokens() })
     metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
 
-    const services = { db, keys, sealer, tokens, auth, lifecycle, accounts, watchlists, feed, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
+    const services = { db, keys, sealer, tokens, auth, lifecycle, accounts, dataRights, audit, watchlists, feed, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
     return {
       services,
       async stop() {

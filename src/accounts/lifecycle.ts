@@ -13,7 +13,7 @@ import type { TokenService } from '../auth/tokens.ts'
 import { passwordResetMail, type MailBrand } from '../mail/index.ts'
 import type { MailQueue } from '../mail/queue.ts'
 import { isUuid } from '../text.ts'
-import { recordEvent, type AuditType, type RequestContext } from './audit.ts'
+import { recordEvent, type AuditType, type RequestContext } from '../audit/events.ts'
 
 
 function revocations(userId: string, sessionIds: string[]): Change[] {

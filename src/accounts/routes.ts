@@ -7,8 +7,9 @@ import { principalOf } from '../http/bearer.ts'
 import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import type { Limits } from '../limits/limits.ts'
 import { ok } from '../http/schemas.ts'
+import type { DataRights } from './data-rights.ts'
 import type { LifecycleService } from './lifecycle.ts'
-import { ChangePasswordBody, LoggedOut, PasswordReset, ResetPasswordBody, Revoked, SessionParams, SessionRevoked, Sessions } from './schemas.ts'
+import { AccountDeleted, AccountExport, DeleteAccountBody, ChangePasswordBody, LoggedOut, PasswordReset, ResetPasswordBody, Revoked, SessionParams, SessionRevoked, Sessions } from './schemas.ts'
 
 const tags = ['sessions']
 const security = [{ bearer: [] }]
@@ -87,4 +88,24 @@ export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecyc
     const revoked = await lifecycle.changePassword(principalOf(request), request.body.current_password, request.body.new_password, requestContext(request))
     return ok({ revoked }, 'Password changed. Your other sessions have been logged out.')
   })
+}
+
+/** The data owner's routes (bearer): a copy of everything stored, and erasure. */
+export async function dataRightsRoutes(fastify: FastifyInstance, rights: DataRights, limits: Limits, hasher: { saturated(): boolean }): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+  const tags = ['account']
+
+  app.get('/auth/me/export', {
+    schema: { tags, security, operationId: 'exportAccount', response: { 200: AccountExport } },
+  }, async (request, reply) => {
+    reply.header('cache-control', 'no-store')
+    return ok(await rights.exportOwn(principalOf(request), requestContext(request)))
+  })
+
+  app.delete('/auth/me', {
+    bodyLimit: AUTH_BODY_LIMIT,
+    // Throttled like login: the per-IP login limit here, the per-account delay in the service.
+    onRequest: [limitByIp(limits, 'login'), refuseWhenSaturated(hasher)],
+    schema: { tags, security, operationId: 'deleteAccount', body: DeleteAccountBody, response: { 200: AccountDeleted } },
+  }, async (request) => ok(await rights.deleteOwn(principalOf(request), request.body.password, requestContext(request))))
 }

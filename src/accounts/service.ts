@@ -1,27 +1,37 @@
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
-import { auditEvents, users, type AuditEventRow, type UserRow } from '../db/repositories.ts'
+import { sessions, users, watchlists, type UserRow } from '../db/repositories.ts'
 import { normaliseEmail } from '../auth/input.ts'
 import { publishChanges, type Change } from '../changes/feed.ts'
-import { CLI_CONTEXT, recordEvent, type AuditType, type RequestContext } from './audit.ts'
+import { CLI_CONTEXT, recordEvent, type AuditType, type RequestContext } from '../audit/events.ts'
+import { auditStore, type AuditEventRow } from '../audit/store.ts'
+import { accountStore } from './store.ts'
 
 export type DisableReason = NonNullable<UserRow['disabled_reason']>
 export const DISABLE_REASONS: readonly DisableReason[] = ['suspended', 'banned']
+export type AccountStatus = 'unverified' | 'active' | 'disabled'
 
 export class UnknownUserError extends Error {
-  constructor(email: string) {
-    super(`no user with the e-mail address ${email}`)
+  constructor(who: string) {
+    super(who.includes('@') ? `no user with the e-mail address ${who}` : `no user with the id ${who}`)
     this.name = 'UnknownUserError'
   }
 }
+
+/** An account named by its address (the CLI, the tests) or by its id (the admin API). */
+export type UserRef = string | { id: string }
 
 export interface AccountSummary {
   user_id: string
   email: string
   full_name: string
-  state: 'unverified' | 'active' | 'disabled'
+  state: AccountStatus
   disabled_reason: DisableReason | null
   created_at: string
+}
+
+export function statusOf(user: Pick<UserRow, 'status' | 'email_verified_at'>): AccountStatus {
+  return user.status === 'disabled' ? 'disabled' : user.email_verified_at === null ? 'unverified' : 'active'
 }
 
 function summarise(user: UserRow): AccountSummary {
@@ -29,64 +39,113 @@ function summarise(user: UserRow): AccountSummary {
     user_id: user.id,
     email: user.email,
     full_name: user.full_name,
-    state: user.status === 'disabled' ? 'disabled' : user.email_verified_at === null ? 'unverified' : 'active',
+    state: statusOf(user),
     disabled_reason: user.disabled_reason,
     created_at: new Date(user.created_at).toISOString(),
   }
 }
 
 /**
- * Operator actions on account state; reached from the CLI, never from the public API. Each change
- * is published to the revocation feed in its transaction, so every running instance enforces it
- * within the gate's bound; `onChange` lets an in-process caller apply it at once.
+ * Operator actions on accounts (state changes, revoking sessions, deletion), reached from the CLI
+ * and the admin API, never from the user-facing API. Each change is published to the change feed
+ * in its transaction, so every running instance enforces it within the feed's bound; `onChange`
+ * applies it to this instance at once. The context says who acted (`cli`, `api_key:<id>`).
  */
 export class AccountService {
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
     private readonly onChange: (changes: Change[]) => void = () => {},
-    private readonly context: RequestContext = CLI_CONTEXT,
   ) {}
 
-  private async change(user: UserRow, type: AuditType, reason: string | null, write: (trx: Db['kysely']) => Promise<unknown>): Promise<AccountSummary> {
-    const change: Change = { kind: 'user_changed', user_id: user.id }
-    await this.db.kysely.transaction().execute(async (trx) => {
-      await write(trx)
-      await publishChanges(trx, [change])
-      await recordEvent(trx, this.clock, { type, userId: user.id, reason, context: this.context })
+  /** The account, or UnknownUserError. */
+  async find(who: UserRef): Promise<UserRow> {
+    if (typeof who === 'string') {
+      const email = normaliseEmail(who)
+      const user = await users.findByEmail(this.db.kysely, email)
+      if (!user) throw new UnknownUserError(email)
+      return user
+    }
+    const user = await users.findById(this.db.kysely, who.id)
+    if (!user) throw new UnknownUserError(who.id)
+    return user
+  }
+
+  private async change(
+    who: UserRef,
+    audit: { type: AuditType; reason?: string | null; context: RequestContext },
+    write: (trx: Db['kysely'], user: UserRow) => Promise<Change[]>,
+  ): Promise<UserRow> {
+    const user = await this.find(who)
+    const changes = await this.db.kysely.transaction().execute(async (trx) => {
+      const changes: Change[] = [{ kind: 'user_changed', user_id: user.id }, ...(await write(trx, user))]
+      await publishChanges(trx, changes)
+      await recordEvent(trx, this.clock, { type: audit.type, userId: user.id, reason: audit.reason ?? null, context: audit.context })
+      return changes
     })
-    this.onChange([change])
+    this.onChange(changes)
+    return user
+  }
+
+  private async changed(who: UserRef, write: Parameters<AccountService['change']>[2], audit: Parameters<AccountService['change']>[1]): Promise<AccountSummary> {
+    const user = await this.change(who, audit, write)
     return summarise((await users.findById(this.db.kysely, user.id))!)
   }
 
   async events(filter: { email?: string; since?: number; limit?: number }): Promise<AuditEventRow[]> {
     const userId = filter.email === undefined ? undefined : (await this.find(filter.email)).id
-    return auditEvents.list(this.db.kysely, { userId, since: filter.since, limit: filter.limit ?? 1000 })
-  }
-
-  private async find(rawEmail: string): Promise<UserRow> {
-    const email = normaliseEmail(rawEmail)
-    const user = await users.findByEmail(this.db.kysely, email)
-    if (!user) throw new UnknownUserError(email)
-    return user
+    return auditStore.list(this.db.kysely, { userId, since: filter.since, limit: filter.limit ?? 1000 })
   }
 
   async list(limit = 1000): Promise<AccountSummary[]> {
     return (await users.list(this.db.kysely, limit)).map(summarise)
   }
 
-  async verify(email: string): Promise<AccountSummary> {
-    const user = await this.find(email)
-    return this.change(user, 'account.verified', null, (trx) => users.markVerified(trx, user.id, this.clock.now()))
+  async verify(who: UserRef, context: RequestContext = CLI_CONTEXT): Promise<AccountSummary> {
+    return this.changed(who, async (trx, user) => {
+      await users.markVerified(trx, user.id, this.clock.now())
+      return []
+    }, { type: 'account.verified', context })
   }
 
-  async disable(email: string, reason: DisableReason): Promise<AccountSummary> {
-    const user = await this.find(email)
-    return this.change(user, 'account.disabled', reason, (trx) => users.setStatus(trx, user.id, 'disabled', reason, this.clock.now()))
+  async disable(who: UserRef, reason: DisableReason, context: RequestContext = CLI_CONTEXT): Promise<AccountSummary> {
+    return this.changed(who, async (trx, user) => {
+      await users.setStatus(trx, user.id, 'disabled', reason, this.clock.now())
+      return []
+    }, { type: 'account.disabled', reason, context })
   }
 
-  async enable(email: string): Promise<AccountSummary> {
-    const user = await this.find(email)
-    return this.change(user, 'account.enabled', null, (trx) => users.setStatus(trx, user.id, 'active', null, this.clock.now()))
+  async enable(who: UserRef, context: RequestContext = CLI_CONTEXT): Promise<AccountSummary> {
+    return this.changed(who, async (trx, user) => {
+      await users.setStatus(trx, user.id, 'active', null, this.clock.now())
+      return []
+    }, { type: 'account.enabled', context })
+  }
+
+  /** Revokes every session of the account; returns how many were live. */
+  async revokeSessions(who: UserRef, context: RequestContext = CLI_CONTEXT): Promise<number> {
+    let revoked = 0
+    await this.change(who, { type: 'sessions.revoked_by_operator', context }, async (trx, user) => {
+      const ids = await sessions.revoke(trx, user.id, this.clock.now())
+      revoked = ids.length
+      return ids.map((id) => ({ kind: 'session_revoked', user_id: user.id, target_id: id }))
+    })
+    return revoked
+  }
+
+  /**
+   * Deletes the account and everything stored for it, in one transaction: watchlists, sessions,
+   * one-time tokens, queued mail, the user row. Its sessions are revoked on every instance through
+   * the feed; the address is free to register again. The audit trail keeps its events (user id,
+   * time, type, IP, user agent; never the address) plus one `account.deleted`.
+   */
+  async remove(who: UserRef, context: RequestContext = CLI_CONTEXT): Promise<{ user_id: string; email: string }> {
+    const user = await this.change(who, { type: 'account.deleted', context }, async (trx, user) => {
+      const live = await sessions.revoke(trx, user.id, this.clock.now())
+      await watchlists.deleteAllOf(trx, user.id)
+      await accountStore.deleteUserData(trx, user.id)
+      return live.map((id) => ({ kind: 'session_revoked', user_id: user.id, target_id: id }))
+    })
+    return { user_id: user.id, email: user.email }
   }
 }

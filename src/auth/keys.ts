@@ -1,6 +1,7 @@
+import { randomBytes } from 'node:crypto'
 import { calculateJwkThumbprint, exportJWK, generateKeyPair, importJWK, type JWK } from 'jose'
 import type { Db } from '../db/index.ts'
-import { signingKeys, type SigningKeyRow } from '../db/repositories.ts'
+import { secrets, signingKeys, type SigningKeyRow } from '../db/repositories.ts'
 import type { Clock } from '../clock.ts'
 import { KeyEncryptionError, KeySealer } from './key-encryption.ts'
 
@@ -57,6 +58,20 @@ function privateJwkOf(row: SigningKeyRow, sealer: KeySealer): JWK {
   return JSON.parse(KeySealer.isSealed(row.private_jwk) ? sealer.open(row.private_jwk, aadOf(row.kid)) : row.private_jwk) as JWK
 }
 
+function secretAad(name: string): string {
+  return `secret:${name}`
+}
+
+/**
+ * A named service secret stored sealed under the key-encryption key (the API-key hashing key):
+ * created by whichever instance or command asks first, the same for all afterwards.
+ */
+export async function sealedSecret(db: Db, sealer: KeySealer, name: string, now: number): Promise<Buffer> {
+  const fresh = sealer.seal(randomBytes(32).toString('base64url'), secretAad(name))
+  const stored = await secrets.getOrCreate(db.kysely, name, fresh, now)
+  return Buffer.from(sealer.open(stored, secretAad(name)), 'base64url')
+}
+
 /**
  * At start-up: proves the key opens every sealed private key, then seals any stored in the clear
  * (a database from before encryption at rest). Nothing is written unless every check passed, so
@@ -65,6 +80,7 @@ function privateJwkOf(row: SigningKeyRow, sealer: KeySealer): JWK {
 export async function sealStoredKeys(db: Db, sealer: KeySealer): Promise<number> {
   const rows = await signingKeys.list(db.kysely)
   for (const row of rows) if (KeySealer.isSealed(row.private_jwk)) sealer.open(row.private_jwk, aadOf(row.kid))
+  for (const secret of await secrets.list(db.kysely)) if (KeySealer.isSealed(secret.value)) sealer.open(secret.value, secretAad(secret.name))
   let sealed = 0
   for (const row of rows.filter((r) => !KeySealer.isSealed(r.private_jwk))) {
     // Conditional on the clear value, so two instances starting together seal each row once.
@@ -74,7 +90,7 @@ export async function sealStoredKeys(db: Db, sealer: KeySealer): Promise<number>
 }
 
 /**
- * Re-encrypts every private key from the old key-encryption key to the new one, in one
+ * Re-encrypts every private key (and every sealed service secret) from the old key-encryption key to the new one, in one
  * transaction: all or nothing. A row the new key already opens is left alone, so an interrupted
  * or repeated rewrap is harmless; a row neither key opens stops it.
  */
@@ -86,6 +102,13 @@ export async function rewrapStoredKeys(db: Db, from: KeySealer, to: KeySealer): 
       const clear = KeySealer.isSealed(row.private_jwk) ? from.tryOpen(row.private_jwk, aadOf(row.kid)) : row.private_jwk
       if (clear === null) throw new KeyEncryptionError(`OLD_KEY_ENCRYPTION_KEY does not decrypt signing key ${row.kid}; nothing was changed`)
       await signingKeys.replacePrivate(trx, row.kid, row.private_jwk, to.seal(clear, aadOf(row.kid)))
+      rewrapped++
+    }
+    for (const secret of await secrets.list(trx)) {
+      if (!KeySealer.isSealed(secret.value) || to.tryOpen(secret.value, secretAad(secret.name)) !== null) continue
+      const clear = from.tryOpen(secret.value, secretAad(secret.name))
+      if (clear === null) throw new KeyEncryptionError(`OLD_KEY_ENCRYPTION_KEY does not decrypt the stored secret ${secret.name}; nothing was changed`)
+      await secrets.replace(trx, secret.name, secret.value, to.seal(clear, secretAad(secret.name)))
       rewrapped++
     }
     return rewrapped

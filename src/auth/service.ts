@@ -4,7 +4,7 @@ import { isUniqueViolation, type Db } from '../db/index.ts'
 import { oneTimeTokens, sessions, users, type UserRow } from '../db/repositories.ts'
 import { AppError, type ErrorDetail } from '../errors.ts'
 import type { Logger } from '../logger.ts'
-import { recordEvent, type RequestContext } from '../accounts/audit.ts'
+import { recordEvent, type RequestContext } from '../audit/events.ts'
 import type { Background } from '../background.ts'
 import { verificationMail, type MailBrand } from '../mail/index.ts'
 import type { MailQueue } from '../mail/queue.ts'
@@ -67,6 +67,7 @@ export class AuthService {
       disabled_reason: null,
       created_at: now,
       updated_at: now,
+      last_login_at: null,
     }
     try {
       await this.db.transaction().execute(async (trx) => {
@@ -190,6 +191,7 @@ export class AuthService {
         user_agent: context.userAgent?.slice(0, 512) ?? null,
         ip: context.ip,
       })
+      await users.setLastLogin(trx, user.id, now)
       await recordEvent(trx, this.deps.clock, { type: 'login.succeeded', userId: user.id, context })
     })
     return {

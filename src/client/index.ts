@@ -2,7 +2,7 @@ import { PortcullisError } from './errors.ts'
 import { memoryStorage, type TokenStorage } from './storage.ts'
 import { Tabs } from './tabs.ts'
 import type {
-  ChangePasswordInput, CreateWatchlistInput, LoginInput, LoginResult, Me, RefreshResult, RegisterInput, Registration,
+  AccountDeletion, AccountExport, ChangePasswordInput, CreateWatchlistInput, LoginInput, LoginResult, Me, RefreshResult, RegisterInput, Registration,
   Session, SessionRevocation, UpdateWatchlistInput, Verification, Watchlist, WatchlistDeletion, WatchlistPage, WatchlistQuery,
 } from './types.ts'
 
@@ -399,6 +399,22 @@ export class PortcullisClient {
   /** Keeps this session, revokes every other one; returns how many. */
   async changePassword(input: ChangePasswordInput): Promise<number> {
     return (await this.request<{ revoked: number }>({ method: 'POST', path: '/auth/change-password', body: input, bearer: true })).revoked
+  }
+
+  /** A copy of everything the service stores about the user (GDPR article 15). */
+  exportAccount(): Promise<AccountExport> {
+    return this.request({ method: 'GET', path: '/auth/me/export', bearer: true })
+  }
+
+  /**
+   * Deletes the account for good (needs the current password); every session ends, here and in
+   * the other tabs.
+   */
+  async deleteAccount(password: string): Promise<AccountDeletion> {
+    const deleted = await this.request<AccountDeletion>({ method: 'DELETE', path: '/auth/me', body: { password }, bearer: true })
+    await this.forgetTokens()
+    this.tabs?.shareEnded()
+    return deleted
   }
 
   listWatchlists(query: WatchlistQuery = {}): Promise<WatchlistPage> {

@@ -23,6 +23,8 @@ export type Session = Static<typeof accounts.Session>
 export type SessionRevocation = DataOf<typeof accounts.SessionRevoked>
 export type ChangePasswordInput = Static<typeof accounts.ChangePasswordBody>
 export type ResetPasswordInput = Static<typeof accounts.ResetPasswordBody>
+export type AccountExport = DataOf<typeof accounts.AccountExport>
+export type AccountDeletion = DataOf<typeof accounts.AccountDeleted>
 
 export type Watchlist = Static<typeof watchlists.Watchlist>
 export type WatchlistPage = DataOf<typeof watchlists.Page>

@@ -10,6 +10,7 @@ import * as m0002 from './migrations/0002_watchlists.ts'
 import * as m0003 from './migrations/0003_lifecycle.ts'
 import * as m0004 from './migrations/0004_mail_outbox.ts'
 import { changeFeed } from './migrations/0005_change_feed.ts'
+import * as m0006 from './migrations/0006_operators.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -125,6 +126,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0003_lifecycle': m0003,
     '0004_mail_outbox': m0004,
     '0005_change_feed': changeFeed(engine),
+    '0006_operators': m0006,
   }
 }
 

@@ -1,7 +1,7 @@
 import { sql, type Kysely, type Selectable } from 'kysely'
 import { randomUUID } from 'node:crypto'
 import { databaseNowMs } from './now.ts'
-import type { AuditEventsTable, ChangeFeedTable, Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable, WatchlistsTable } from './schema.ts'
+import type { ChangeFeedTable, Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable, WatchlistsTable } from './schema.ts'
 
 /**
  * Storage calls, one group a table. Each takes the executor first, so the same call runs on the
@@ -15,7 +15,6 @@ export type SessionRow = Selectable<SessionsTable>
 export type SigningKeyRow = Selectable<SigningKeysTable>
 export type WatchlistRow = Selectable<WatchlistsTable>
 export type ChangeRow = Selectable<ChangeFeedTable>
-export type AuditEventRow = Selectable<AuditEventsTable>
 
 export const users = {
   async insert(db: Executor, row: UserRow): Promise<void> {
@@ -47,6 +46,10 @@ export const users = {
 
   async setStatus(db: Executor, id: string, status: UserRow['status'], reason: UserRow['disabled_reason'], at: number): Promise<void> {
     await db.updateTable('users').set({ status, disabled_reason: reason, updated_at: at }).where('id', '=', id).execute()
+  },
+
+  async setLastLogin(db: Executor, id: string, at: number): Promise<void> {
+    await db.updateTable('users').set({ last_login_at: at }).where('id', '=', id).execute()
   },
 
   async setPasswordHash(db: Executor, id: string, hash: string, at: number): Promise<void> {
@@ -200,19 +203,6 @@ export const changeFeed = {
   },
 }
 
-export const auditEvents = {
-  async insert(db: Executor, event: Omit<AuditEventRow, 'id'>): Promise<void> {
-    await db.insertInto('audit_events').values({ id: randomUUID(), ...event }).execute()
-  },
-
-  async list(db: Executor, filter: { userId?: string; since?: number; limit: number }): Promise<AuditEventRow[]> {
-    let query = db.selectFrom('audit_events').selectAll()
-    if (filter.userId !== undefined) query = query.where('user_id', '=', filter.userId)
-    if (filter.since !== undefined) query = query.where('at', '>=', filter.since)
-    return query.orderBy('at').orderBy('id').limit(filter.limit).execute()
-  },
-}
-
 export const signingKeys = {
   async list(db: Executor): Promise<SigningKeyRow[]> {
     return db.selectFrom('signing_keys').selectAll().orderBy('created_at').orderBy('kid').execute()
@@ -230,6 +220,15 @@ export const signingKeys = {
 }
 
 export const secrets = {
+  async list(db: Executor): Promise<{ name: string; value: string }[]> {
+    return db.selectFrom('secrets').select(['name', 'value']).orderBy('name').execute()
+  },
+
+  async replace(db: Executor, name: string, previous: string, next: string): Promise<boolean> {
+    const result = await db.updateTable('secrets').set({ value: next }).where('name', '=', name).where('value', '=', previous).executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
   /** The named secret, created with `fresh` by whichever instance asks first. */
   async getOrCreate(db: Executor, name: string, fresh: string, at: number): Promise<string> {
     await db.insertInto('secrets').values({ name, value: fresh, created_at: at }).onConflict((oc) => oc.column('name').doNothing()).execute()
@@ -308,6 +307,14 @@ export const watchlists = {
         .returningAll()
         .executeTakeFirst()) ?? null
     )
+  },
+
+  async allOf(db: Executor, userId: string): Promise<WatchlistRow[]> {
+    return db.selectFrom('watchlists').selectAll().where('user_id', '=', userId).orderBy('position').execute()
+  },
+
+  async deleteAllOf(db: Executor, userId: string): Promise<void> {
+    await db.deleteFrom('watchlists').where('user_id', '=', userId).execute()
   },
 
   async delete(db: Executor, userId: string, id: string): Promise<boolean> {

@@ -13,6 +13,7 @@ export interface UsersTable {
   disabled_reason: 'suspended' | 'banned' | null
   created_at: number
   updated_at: number
+  last_login_at: number | null
 }
 
 export interface SessionsTable {
@@ -91,6 +92,21 @@ export interface AuditEventsTable {
   ip: string | null
   user_agent: string | null
   request_id: string | null
+  /** Who acted when it was not the user: `api_key:<id>` or `cli`; null for the user's own actions. */
+  actor: string | null
+}
+
+export interface ApiKeysTable {
+  id: string
+  name: string
+  /** Comma-separated: users:read, users:write, audit:read. */
+  scopes: string
+  /** HMAC-SHA256 of the secret part under a service secret (base64url). */
+  secret_hash: string
+  created_at: number
+  expires_at: number | null
+  revoked_at: number | null
+  last_used_at: number | null
 }
 
 export type MailKind = 'verification' | 'password_reset'
@@ -124,4 +140,5 @@ export interface Database {
   change_feed: ChangeFeedTable
   audit_events: AuditEventsTable
   mail_outbox: MailOutboxTable
+  api_keys: ApiKeysTable
 }

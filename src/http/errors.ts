@@ -10,7 +10,7 @@ import { pathOf } from './security.ts'
 import { validationDetails } from './validation.ts'
 
 const REALM = 'Bearer realm="portcullis"'
-const TOKEN_CODES = new Set<ErrorCode>(['INVALID_TOKEN', 'TOKEN_EXPIRED', 'INVALID_REFRESH_TOKEN'])
+const TOKEN_CODES = new Set<ErrorCode>(['INVALID_TOKEN', 'TOKEN_EXPIRED', 'INVALID_REFRESH_TOKEN', 'INVALID_API_KEY'])
 
 const notJson = () =>
   new AppError('VALIDATION_ERROR', { message: 'The request body is not valid JSON.', details: [{ field: 'body', message: 'is not valid JSON' }] })

@@ -1,5 +1,5 @@
 import type { FastifyRequest } from 'fastify'
-import type { RequestContext } from '../accounts/audit.ts'
+import type { RequestContext } from '../audit/events.ts'
 
 /** Auth bodies are small; a large one is refused before any parsing or hashing (16 KiB). */
 export const AUTH_BODY_LIMIT = 16 * 1024

@@ -10,6 +10,7 @@ export interface LimitSettings {
   registerPerIpPerHour: number
   mailPerIpPerHour: number
   mailPerAddressPerHour: number
+  apiKeyFailuresPerIpPerMinute: number
 }
 
 export type IpRule = 'login' | 'register' | 'mail'
@@ -89,6 +90,25 @@ export class Limits {
    */
   async mailAllowed(email: string): Promise<boolean> {
     return (await this.count(`mail:${addressKey(email)}`, this.settings.mailPerAddressPerHour, HOUR)).allowed
+  }
+
+  /**
+   * Failed API keys per client IP: only failures count (an operator's tool making many good calls
+   * is never slowed); past the limit every key is refused until the window ends, good or not.
+   */
+  async assertApiKeyAllowed(ip: string): Promise<void> {
+    const limit = this.settings.apiKeyFailuresPerIpPerMinute
+    const now = this.clock.now()
+    const window = Math.floor(now / MINUTE)
+    const failures = Number((await this.store.get(`apikey:failures:${ip}:${window}`)) ?? 0)
+    if (failures >= limit) {
+      const resetSeconds = Math.max(1, Math.ceil(((window + 1) * MINUTE - now) / 1000))
+      throw rateLimited({ limit, remaining: 0, resetSeconds }, resetSeconds)
+    }
+  }
+
+  async apiKeyFailed(ip: string): Promise<void> {
+    await this.store.increment(`apikey:failures:${ip}:${Math.floor(this.clock.now() / MINUTE)}`, MINUTE * 2)
   }
 
   private loginKeys(email: string) {

@@ -5,7 +5,7 @@ import { watchlists, type WatchlistRow } from '../db/repositories.ts'
 import { AppError, type ErrorDetail } from '../errors.ts'
 import { cleanLabel, isUuid } from '../text.ts'
 import { throwIfProblems } from '../auth/input.ts'
-import type { CursorCodec } from './cursor.ts'
+import type { CursorCodec } from '../cursor.ts'
 import { LISTS_MAX, NAME_MAX, SYMBOL_PATTERN, SYMBOLS_MAX } from './schemas.ts'
 
 export interface WatchlistView {
@@ -68,13 +68,18 @@ export class WatchlistService {
     if (!isUuid(id)) throw new AppError('NOT_FOUND')
   }
 
+  /** Every list of the user, in order (the data export). */
+  async allOf(userId: string): Promise<WatchlistView[]> {
+    return (await watchlists.allOf(this.kysely, userId)).map(view)
+  }
+
   async list(userId: string, query: { limit?: number; cursor?: string }) {
     const limit = query.limit ?? 20
     let after = 0
     if (query.cursor !== undefined) {
-      const position = this.cursors.decode(userId, query.cursor)
-      if (position === null) throw new AppError('VALIDATION_ERROR', { details: [{ field: 'cursor', message: 'is not a cursor this service issued' }] })
-      after = position
+      const position = this.cursors.open(userId, query.cursor)?.p
+      if (!Number.isSafeInteger(position) || (position as number) < 0) throw new AppError('VALIDATION_ERROR', { details: [{ field: 'cursor', message: 'is not a cursor this service issued' }] })
+      after = position as number
     }
     // One extra row tells whether another page exists without a count query.
     const rows = await watchlists.page(this.kysely, userId, after, limit + 1)
@@ -82,7 +87,7 @@ export class WatchlistService {
     const last = page[page.length - 1]
     return {
       watchlists: page.map(view),
-      next_cursor: rows.length > limit && last ? this.cursors.encode(userId, last.position) : null,
+      next_cursor: rows.length > limit && last ? this.cursors.seal(userId, { p: last.position }) : null,
     }
   }
 

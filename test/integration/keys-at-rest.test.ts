@@ -106,7 +106,7 @@ for (const engine of ENGINES) {
 
         const out: string[] = []
         assert.equal(await runCli(['keys', 'rewrap'], { ...env, OLD_KEY_ENCRYPTION_KEY: oldKek, KEY_ENCRYPTION_KEY: nextKek }, { out: (line) => out.push(line), err() {} }), 0)
-        assert.match(out[0]!, /re-encrypted 2 stored key/)
+        assert.match(out[0]!, /re-encrypted \d+ stored key/)
         // Repeating it is harmless.
         assert.equal(await runCli(['keys', 'rewrap'], { ...env, OLD_KEY_ENCRYPTION_KEY: oldKek, KEY_ENCRYPTION_KEY: nextKek }, quiet), 0)
 

@@ -1,0 +1,123 @@
+import { statusOf, UnknownUserError, type AccountService, type DisableReason, type UserRef } from '../accounts/service.ts'
+import { accountStore, type UserFilter } from '../accounts/store.ts'
+import { normaliseEmail } from '../auth/input.ts'
+import type { RequestContext } from '../audit/events.ts'
+import type { AuditLog } from '../audit/service.ts'
+import type { Clock } from '../clock.ts'
+import { timeIdOf, type CursorCodec } from '../cursor.ts'
+import type { Db } from '../db/index.ts'
+import type { UserRow } from '../db/repositories.ts'
+import { AppError } from '../errors.ts'
+import { isUuid } from '../text.ts'
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
+
+function invalidCursor(): AppError {
+  return new AppError('VALIDATION_ERROR', { details: [{ field: 'cursor', message: 'is not a cursor this service issued for this query' }] })
+}
+
+function invalidTime(field: string): AppError {
+  return new AppError('VALIDATION_ERROR', { details: [{ field, message: 'must be an ISO 8601 date-time' }] })
+}
+
+/**
+ * What the admin API does: reads of users and of the audit trail, and the operator actions, each
+ * through AccountService (the same code path as the CLI), with the API key as the actor. A user
+ * id that is not a user's is NOT_FOUND.
+ */
+export class AdminService {
+  constructor(
+    private readonly db: Db,
+    private readonly clock: Clock,
+    private readonly accounts: AccountService,
+    private readonly audit: AuditLog,
+    private readonly cursors: CursorCodec,
+  ) {}
+
+  private async views(rows: UserRow[]) {
+    const counts = await accountStore.liveSessionCounts(this.db.kysely, rows.map((row) => row.id), this.clock.now())
+    return rows.map((row) => ({
+      user_id: row.id,
+      email: row.email,
+      full_name: row.full_name,
+      email_verified: row.email_verified_at !== null,
+      status: statusOf(row),
+      disabled_reason: row.disabled_reason,
+      created_at: iso(row.created_at)!,
+      last_login_at: iso(row.last_login_at),
+      active_sessions: counts.get(row.id) ?? 0,
+    }))
+  }
+
+  /** Oldest first, by keyset on (created_at, id); the cursor is bound to the filter it came with. */
+  async listUsers(query: { email?: string; status?: UserFilter['status']; limit?: number; cursor?: string }) {
+    const filter: UserFilter = { emailPrefix: query.email === undefined ? undefined : normaliseEmail(query.email), status: query.status }
+    const scope = `admin-users:${JSON.stringify(filter)}`
+    const limit = query.limit ?? 20
+    let after: { t: number; id: string } | null = null
+    if (query.cursor !== undefined) {
+      after = timeIdOf(this.cursors.open(scope, query.cursor))
+      if (!after) throw invalidCursor()
+    }
+    const rows = await accountStore.page(this.db.kysely, filter, after, limit + 1)
+    const page = rows.slice(0, limit)
+    const last = page[page.length - 1]
+    return { users: await this.views(page), next_cursor: rows.length > limit && last ? this.cursors.seal(scope, { t: last.created_at, id: last.id }) : null }
+  }
+
+  private async found<T>(id: string, run: (ref: UserRef) => Promise<T>): Promise<T> {
+    if (!isUuid(id)) throw new AppError('NOT_FOUND')
+    try {
+      return await run({ id })
+    } catch (error) {
+      if (error instanceof UnknownUserError) throw new AppError('NOT_FOUND')
+      throw error
+    }
+  }
+
+  private async view(id: string) {
+    const row = await this.accounts.find({ id })
+    return (await this.views([row]))[0]!
+  }
+
+  getUser(id: string) {
+    return this.found(id, () => this.view(id))
+  }
+
+  disable(id: string, reason: DisableReason, context: RequestContext) {
+    return this.found(id, async (ref) => {
+      await this.accounts.disable(ref, reason, context)
+      return this.view(id)
+    })
+  }
+
+  enable(id: string, context: RequestContext) {
+    return this.found(id, async (ref) => {
+      await this.accounts.enable(ref, context)
+      return this.view(id)
+    })
+  }
+
+  verify(id: string, context: RequestContext) {
+    return this.found(id, async (ref) => {
+      await this.accounts.verify(ref, context)
+      return this.view(id)
+    })
+  }
+
+  revokeSessions(id: string, context: RequestContext) {
+    return this.found(id, (ref) => this.accounts.revokeSessions(ref, context))
+  }
+
+  deleteUser(id: string, context: RequestContext) {
+    return this.found(id, async (ref) => ({ user_id: (await this.accounts.remove(ref, context)).user_id, deleted: true as const }))
+  }
+
+  events(query: { user_id?: string; type?: string; since?: string; until?: string; limit?: number; cursor?: string }) {
+    const since = query.since === undefined ? undefined : Date.parse(query.since)
+    const until = query.until === undefined ? undefined : Date.parse(query.until)
+    if (Number.isNaN(since)) throw invalidTime('since')
+    if (Number.isNaN(until)) throw invalidTime('until')
+    return this.audit.page({ userId: query.user_id, type: query.type, since, until }, { limit: query.limit, cursor: query.cursor })
+  }
+}

@@ -1,0 +1,62 @@
+import type { Kysely } from 'kysely'
+import type { Clock } from '../clock.ts'
+import type { Database } from '../db/schema.ts'
+import { auditStore } from './store.ts'
+
+/** Where an action came from, and who acted when it was not the user (an API key, the CLI). */
+export interface RequestContext {
+  ip: string | null
+  userAgent: string | null
+  requestId: string | null
+  /** `api_key:<id>` or `cli`; absent when the user acts on their own account. */
+  actor?: string | null
+}
+
+export const CLI_CONTEXT: RequestContext = { ip: null, userAgent: 'portcullis-cli', requestId: null, actor: 'cli' }
+
+export const AUDIT_TYPES = [
+  'account.registered',
+  'email.verified',
+  'login.succeeded',
+  'login.failed',
+  'login.throttled',
+  'token.refreshed',
+  'logout',
+  'logout.all',
+  'session.revoked',
+  'password.reset_requested',
+  'password.reset',
+  'password.changed',
+  'account.disabled',
+  'account.enabled',
+  'account.verified',
+  'account.deleted',
+  'account.exported',
+  'sessions.revoked_by_operator',
+  'api_key.created',
+  'api_key.revoked',
+] as const
+
+export type AuditType = (typeof AUDIT_TYPES)[number]
+
+/**
+ * One row per security-relevant event, written in the transaction of the change it records. Never
+ * a password, token, hash or e-mail address: only who (if known), what, why (a fixed reason
+ * word), by whom, and from where.
+ */
+export async function recordEvent(
+  db: Kysely<Database>,
+  clock: Clock,
+  event: { type: AuditType; userId?: string | null; reason?: string | null; context: RequestContext },
+): Promise<void> {
+  await auditStore.insert(db, {
+    at: clock.now(),
+    user_id: event.userId ?? null,
+    type: event.type,
+    reason: event.reason ?? null,
+    ip: event.context.ip,
+    user_agent: event.context.userAgent?.slice(0, 512) ?? null,
+    request_id: event.context.requestId,
+    actor: event.context.actor ?? null,
+  })
+}

@@ -1,0 +1,40 @@
+import type { Kysely, Selectable } from 'kysely'
+import { randomUUID } from 'node:crypto'
+import type { AuditEventsTable, Database } from '../db/schema.ts'
+
+export type AuditEventRow = Selectable<AuditEventsTable>
+
+export interface EventFilter {
+  userId?: string
+  type?: string
+  since?: number
+  until?: number
+}
+
+/** Storage calls of the audit trail; the executor comes first, so they run inside a transaction too. */
+export const auditStore = {
+  async insert(db: Kysely<Database>, event: Omit<AuditEventRow, 'id'>): Promise<void> {
+    await db.insertInto('audit_events').values({ id: randomUUID(), ...event }).execute()
+  },
+
+  /** Oldest first (the CLI's view). */
+  async list(db: Kysely<Database>, filter: EventFilter & { limit: number }): Promise<AuditEventRow[]> {
+    return filtered(db, filter).orderBy('at').orderBy('id').limit(filter.limit).execute()
+  },
+
+  /** Newest first, strictly after the keyset position (at, id) of the previous page's last row. */
+  async pageNewestFirst(db: Kysely<Database>, filter: EventFilter, after: { t: number; id: string } | null, limit: number): Promise<AuditEventRow[]> {
+    let query = filtered(db, filter)
+    if (after) query = query.where((eb) => eb.or([eb('at', '<', after.t), eb.and([eb('at', '=', after.t), eb('id', '<', after.id)])]))
+    return query.orderBy('at', 'desc').orderBy('id', 'desc').limit(limit).execute()
+  },
+}
+
+function filtered(db: Kysely<Database>, filter: EventFilter) {
+  let query = db.selectFrom('audit_events').selectAll()
+  if (filter.userId !== undefined) query = query.where('user_id', '=', filter.userId)
+  if (filter.type !== undefined) query = query.where('type', '=', filter.type)
+  if (filter.since !== undefined) query = query.where('at', '>=', filter.since)
+  if (filter.until !== undefined) query = query.where('at', '<', filter.until)
+  return query
+}
