@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import Fastify, { LogController, type FastifyInstance } from 'fastify'
 import { dataRightsRoutes, protectedLifecycleRoutes, publicLifecycleRoutes } from './accounts/routes.ts'
+import { adminRoutes } from './admin/routes.ts'
 import { CookieTransport } from './auth/cookie-transport.ts'
 import { protectedAuthRoutes, publicAuthRoutes } from './auth/routes.ts'
 import type { Config } from './config.ts'
@@ -103,7 +104,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
 
   await registerApiDocs(app, config.publicUrl)
 
-  const { auth, lifecycle, dataRights, db, keys, watchlists, limits, hasher, metrics, readiness } = services
+  const { auth, lifecycle, dataRights, admin, apiKeys, db, keys, watchlists, limits, hasher, metrics, readiness } = services
   await app.register(opsRoutes, { db, keys, metrics, readiness })
   // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
   await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand: { appName: config.appName, appUrl: config.appUrl } })
@@ -120,6 +121,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
         await dataRightsRoutes(scope, dataRights, limits, hasher)
         await watchlistRoutes(scope, watchlists)
       })
+      // Operators: API keys, never a user's token (src/admin/).
+      await api.register(adminRoutes, { admin, apiKeys, limits })
     },
     { prefix: config.basePath },
   )

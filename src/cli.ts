@@ -1,24 +1,23 @@
+import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { AccountService, DISABLE_REASONS, UnknownUserError, type DisableReason } from './accounts/service.ts'
+import { ApiKeyError, ApiKeyService, SCOPES, type Scope } from './admin/api-keys.ts'
 import { KeyEncryptionError, KeySealer, resolveKek } from './auth/key-encryption.ts'
-import { describeKeys, rewrapStoredKeys, rotateSigningKey, sealStoredKeys } from './auth/keys.ts'
+import { describeKeys, rewrapStoredKeys, rotateSigningKey, sealedSecret, sealStoredKeys } from './auth/keys.ts'
 import { REFRESH_TTL_SECONDS } from './auth/tokens.ts'
 import { systemClock, type Clock } from './clock.ts'
-import { ConfigError, loadConfig } from './config.ts'
+import { ConfigError, loadConfig, type Config } from './config.ts'
 import { migrate, openDatabase, type Db } from './db/index.ts'
 import { signingKeys } from './db/repositories.ts'
 
-const USAGE = `usage: portcullis <command>
-  serve                                   run the HTTP service
-  migrate                                 apply pending database migrations
-  users list                              list accounts
-  users verify EMAIL                      mark an address verified
-  users disable EMAIL [--reason R]        disable an account (R: suspended (default) or banned)
-  users enable EMAIL                      re-enable a disabled account
-  events list [--user EMAIL] [--since T]  audit events, oldest first (T: ISO time or 30m, 24h, 7d)
-  keys list                               list signing keys and their state
-  keys rotate                             add a new signing key (old ones keep verifying)`
-
-class UsageError extends Error {}
+/** A wrong command line: exit 2 with the usage of what was meant. */
+class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly usage: string,
+  ) {
+    super(message)
+  }
+}
 
 export interface CliIo {
   out(line: string): void
@@ -30,55 +29,41 @@ const stdio: CliIo = {
   err: (line) => process.stderr.write(`${line}\n`),
 }
 
-function parseReason(args: string[]): { email: string; reason: DisableReason } {
-  const rest = [...args]
-  let reason: DisableReason = 'suspended'
-  const flag = rest.findIndex((arg) => arg === '--reason' || arg.startsWith('--reason='))
-  if (flag >= 0) {
-    const value = rest[flag]!.includes('=') ? rest[flag]!.split('=')[1] : rest[flag + 1]
-    rest.splice(flag, rest[flag]!.includes('=') ? 1 : 2)
-    if (!DISABLE_REASONS.includes(value as DisableReason)) throw new UsageError(`--reason must be one of ${DISABLE_REASONS.join(', ')}`)
-    reason = value as DisableReason
-  }
-  if (rest.length !== 1 || rest[0]!.startsWith('--')) throw new UsageError('users disable takes one EMAIL')
-  return { email: rest[0]!, reason }
+interface Context {
+  env: Record<string, string | undefined>
+  io: CliIo
+  clock: Clock
+  values: Record<string, string | boolean | undefined>
+  positionals: string[]
 }
 
-/** `--name value` or `--name=value` options, and what is left. */
-function options(args: string[], names: string[]): { values: Record<string, string>; rest: string[] } {
-  const values: Record<string, string> = {}
-  const rest: string[] = []
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i]!
-    const name = names.find((n) => arg === `--${n}` || arg.startsWith(`--${n}=`))
-    if (!name) {
-      rest.push(arg)
-      continue
-    }
-    const value = arg.includes('=') ? arg.slice(arg.indexOf('=') + 1) : args[++i]
-    if (value === undefined || value === '') throw new UsageError(`--${name} needs a value`)
-    values[name] = value
-  }
-  return { values, rest }
+interface Command {
+  /** `group action`, or one word. */
+  name: string
+  /** Arguments after the name, as the usage line shows them. */
+  args?: string
+  summary: string
+  /** Lines under the usage line of `--help`. */
+  help?: string[]
+  options?: ParseArgsConfig['options']
+  positionals?: number
+  run(context: Context): Promise<number>
 }
 
+const ISO = /^\d{4}-\d{2}-\d{2}T/
 const DURATION = /^(\d+)([mhd])$/
+const UNIT_MS = { m: 60_000, h: 3600_000, d: 86_400_000 } as const
 
-function parseSince(value: string, now: number): number {
-  const duration = DURATION.exec(value)
-  if (duration) return now - Number(duration[1]) * { m: 60_000, h: 3600_000, d: 86_400_000 }[duration[2] as 'm' | 'h' | 'd']
-  const time = Date.parse(value)
-  if (Number.isNaN(time)) throw new UsageError('--since takes an ISO time (2026-11-01T00:00:00Z) or a duration (30m, 24h, 7d)')
-  return time
+function durationMs(value: string): number | null {
+  const match = DURATION.exec(value)
+  return match ? Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS] : null
 }
 
-function oneEmail(args: string[], command: string): string {
-  if (args.length !== 1 || args[0]!.startsWith('--')) throw new UsageError(`${command} takes one EMAIL`)
-  return args[0]!
+function iso(ms: number | null): string {
+  return ms === null ? '-' : new Date(ms).toISOString()
 }
 
-async function withDatabase<T>(env: Record<string, string | undefined>, run: (db: Db) => Promise<T>): Promise<T> {
-  const config = loadConfig(env)
+async function withDatabase<T>(config: Config, run: (db: Db) => Promise<T>): Promise<T> {
   const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
   try {
     await migrate(db)
@@ -88,9 +73,245 @@ async function withDatabase<T>(env: Record<string, string | undefined>, run: (db
   }
 }
 
+/** The key-encryption key the server uses on this data directory, proven against what is stored. */
+async function sealerFor(config: Config, db: Db, io: CliIo): Promise<KeySealer> {
+  const sealer = new KeySealer(resolveKek(config.keyEncryptionKey, config.dataDir, (message) => io.err(`portcullis: ${message}`)))
+  await sealStoredKeys(db, sealer)
+  return sealer
+}
+
+async function apiKeysOf(config: Config, db: Db, context: Context): Promise<ApiKeyService> {
+  const sealer = await sealerFor(config, db, context.io)
+  return new ApiKeyService(db, context.clock, await sealedSecret(db, sealer, 'api_key_hmac', context.clock.now()))
+}
+
+/** The database the server uses, with the account operations on it. */
+function accounts(context: Context, run: (service: AccountService) => Promise<number>): Promise<number> {
+  return withDatabase(loadConfig(context.env), (db) => run(new AccountService(db, context.clock)))
+}
+
+const commands: Command[] = [
+  {
+    name: 'serve',
+    summary: 'run the HTTP service',
+    async run({ env }) {
+      const { serve } = await import('./server.ts')
+      await serve(loadConfig(env))
+      return 0
+    },
+  },
+  {
+    name: 'migrate',
+    summary: 'apply pending database migrations',
+    async run({ env, io }) {
+      const config = loadConfig(env)
+      const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
+      const applied = await migrate(db).finally(() => db.close())
+      io.out(applied.length === 0 ? 'database is up to date' : `applied: ${applied.join(', ')}`)
+      return 0
+    },
+  },
+  {
+    name: 'users list',
+    summary: 'list accounts: address, state, id, created',
+    run: (context) =>
+      accounts(context, async (service) => {
+        for (const user of await service.list()) {
+          context.io.out([user.email, user.state + (user.disabled_reason ? `(${user.disabled_reason})` : ''), user.user_id, user.created_at].join('\t'))
+        }
+        return 0
+      }),
+  },
+  {
+    name: 'users verify',
+    args: 'EMAIL',
+    summary: 'mark an address verified',
+    positionals: 1,
+    run: (context) =>
+      accounts(context, async (service) => {
+        context.io.out(`${(await service.verify(context.positionals[0]!)).email}: verified`)
+        return 0
+      }),
+  },
+  {
+    name: 'users disable',
+    args: 'EMAIL [--reason suspended|banned]',
+    summary: 'disable an account (reason: suspended, the default, or banned)',
+    options: { reason: { type: 'string', default: 'suspended' } },
+    positionals: 1,
+    run: (context) => {
+      const reason = context.values.reason as string
+      if (!DISABLE_REASONS.includes(reason as DisableReason)) throw new UsageError(`--reason must be one of ${DISABLE_REASONS.join(', ')}`, usageOf('users disable'))
+      return accounts(context, async (service) => {
+        context.io.out(`${(await service.disable(context.positionals[0]!, reason as DisableReason)).email}: disabled (${reason})`)
+        return 0
+      })
+    },
+  },
+  {
+    name: 'users enable',
+    args: 'EMAIL',
+    summary: 're-enable a disabled account',
+    positionals: 1,
+    run: (context) =>
+      accounts(context, async (service) => {
+        context.io.out(`${(await service.enable(context.positionals[0]!)).email}: ${'active'}`)
+        return 0
+      }),
+  },
+  {
+    name: 'users delete',
+    args: 'EMAIL',
+    summary: 'delete an account and everything stored for it (its audit events stay, without the address)',
+    positionals: 1,
+    run: (context) =>
+      accounts(context, async (service) => {
+        const { user_id, email } = await service.remove(context.positionals[0]!)
+        context.io.out(`${email}: deleted (user id ${user_id}); the address may register again`)
+        return 0
+      }),
+  },
+  {
+    name: 'events list',
+    args: '[--user EMAIL] [--since T]',
+    summary: 'audit events, oldest first (T: an ISO time or 30m, 24h, 7d)',
+    options: { user: { type: 'string' }, since: { type: 'string' } },
+    run: (context) => {
+      const { user, since } = context.values as { user?: string; since?: string }
+      let sinceMs: number | undefined
+      if (since !== undefined) {
+        const ago = durationMs(since)
+        sinceMs = ago !== null ? context.clock.now() - ago : ISO.test(since) ? Date.parse(since) : Number.NaN
+        if (Number.isNaN(sinceMs)) throw new UsageError('--since takes an ISO time (2026-11-01T00:00:00Z) or a duration (30m, 24h, 7d)', usageOf('events list'))
+      }
+      return accounts(context, async (service) => {
+        for (const event of await service.events({ email: user, since: sinceMs })) {
+          context.io.out([iso(event.at), event.type, event.reason ?? '-', event.user_id ?? '-', event.ip ?? '-', event.request_id ?? '-', event.user_agent ?? '-', event.actor ?? '-'].join('\t'))
+        }
+        return 0
+      })
+    },
+  },
+  {
+    name: 'keys list',
+    summary: 'list signing keys and their state (signing, verifying, retired)',
+    run: ({ env, io, clock }) =>
+      withDatabase(loadConfig(env), async (db) => {
+        const keys = describeKeys(await signingKeys.list(db.kysely), clock.now(), REFRESH_TTL_SECONDS)
+        if (keys.length === 0) io.out('no signing keys yet (the service creates one on first start)')
+        for (const key of keys) io.out([key.kid, key.alg, key.state, iso(key.createdAt), `retires ${iso(key.retiresAt)}`].join('\t'))
+        return 0
+      }),
+  },
+  {
+    name: 'keys rotate',
+    summary: 'add a new signing key (old ones keep verifying)',
+    run: ({ env, io, clock }) => {
+      const config = loadConfig(env)
+      return withDatabase(config, async (db) => {
+        const kid = await rotateSigningKey(db, await sealerFor(config, db, io), clock.now())
+        io.out(`new signing key ${kid}; running instances sign with it within a minute, old keys keep verifying`)
+        return 0
+      })
+    },
+  },
+  {
+    name: 'keys rewrap',
+    summary: 're-encrypt the stored keys from OLD_KEY_ENCRYPTION_KEY to KEY_ENCRYPTION_KEY',
+    help: ['Set OLD_KEY_ENCRYPTION_KEY to the key in use and KEY_ENCRYPTION_KEY to the new one; then restart', 'every instance with the new KEY_ENCRYPTION_KEY. All or nothing; running it twice is harmless.'],
+    run: ({ env, io }) => {
+      const config = loadConfig(env)
+      if (!config.oldKeyEncryptionKey || !config.keyEncryptionKey) {
+        throw new UsageError('keys rewrap needs OLD_KEY_ENCRYPTION_KEY (the key in use) and KEY_ENCRYPTION_KEY (the new one)', usageOf('keys rewrap'))
+      }
+      const from = new KeySealer(config.oldKeyEncryptionKey)
+      const to = new KeySealer(config.keyEncryptionKey)
+      return withDatabase(config, async (db) => {
+        const count = await rewrapStoredKeys(db, from, to)
+        io.out(`re-encrypted ${count} stored key(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
+        return 0
+      })
+    },
+  },
+  {
+    name: 'api-keys create',
+    args: '--name NAME --scopes S[,S] [--expires 90d]',
+    summary: `make an API key for the admin API and print it once (scopes: ${SCOPES.join(', ')})`,
+    help: ['The key is shown once and never again: only a hash of it is stored.', '--expires takes a duration (30m, 24h, 90d); without it the key lasts until revoked.'],
+    options: { name: { type: 'string' }, scopes: { type: 'string' }, expires: { type: 'string' } },
+    run: (context) => {
+      const { name, scopes, expires } = context.values as { name?: string; scopes?: string; expires?: string }
+      const usage = usageOf('api-keys create')
+      if (name === undefined) throw new UsageError('--name is required', usage)
+      if (scopes === undefined) throw new UsageError('--scopes is required', usage)
+      const list = scopes.split(',').map((scope) => scope.trim()).filter(Boolean)
+      const unknown = list.find((scope) => !SCOPES.includes(scope as Scope))
+      if (unknown !== undefined || list.length === 0) throw new UsageError(`--scopes takes one or more of ${SCOPES.join(', ')}${unknown ? ` (not ${unknown})` : ''}`, usage)
+      const lifetime = expires === undefined ? null : durationMs(expires)
+      if (expires !== undefined && (lifetime === null || lifetime === 0)) throw new UsageError('--expires takes a duration such as 30m, 24h or 90d', usage)
+      const config = loadConfig(context.env)
+      return withDatabase(config, async (db) => {
+        const service = await apiKeysOf(config, db, context)
+        const { key, summary } = await service.create({ name, scopes: list as Scope[], expiresAt: lifetime === null ? null : context.clock.now() + lifetime })
+        context.io.out(key)
+        context.io.err(`portcullis: API key ${summary.id} (${summary.name}: ${summary.scopes.join(',')}, expires ${iso(summary.expires_at)}); this is the only time the key is shown`)
+        return 0
+      })
+    },
+  },
+  {
+    name: 'api-keys list',
+    summary: 'list API keys: id, name, scopes, created, last used, expires, state',
+    run: (context) => {
+      const config = loadConfig(context.env)
+      return withDatabase(config, async (db) => {
+        const now = context.clock.now()
+        for (const key of await (await apiKeysOf(config, db, context)).list()) {
+          const state = key.revoked_at !== null ? 'revoked' : key.expires_at !== null && key.expires_at <= now ? 'expired' : 'active'
+          context.io.out([key.id, key.name, key.scopes.join(','), iso(key.created_at), `last used ${iso(key.last_used_at)}`, `expires ${iso(key.expires_at)}`, state].join('\t'))
+        }
+        return 0
+      })
+    },
+  },
+  {
+    name: 'api-keys revoke',
+    args: 'ID',
+    summary: 'end an API key at once (every instance within the revocation bound)',
+    positionals: 1,
+    run: (context) => {
+      const config = loadConfig(context.env)
+      const id = context.positionals[0]!
+      return withDatabase(config, async (db) => {
+        if (!(await (await apiKeysOf(config, db, context)).revoke(id))) {
+          context.io.err(`portcullis: no live API key with the id ${id}`)
+          return 1
+        }
+        context.io.out(`API key ${id}: revoked`)
+        return 0
+      })
+    },
+  },
+]
+
+function usageOf(name: string): string {
+  const command = commands.find((c) => c.name === name)!
+  return [`usage: portcullis ${command.name}${command.args ? ` ${command.args}` : ''}`, `  ${command.summary}`, ...(command.help ?? []).map((line) => `  ${line}`)].join('\n')
+}
+
+function overview(group?: string): string {
+  const shown = commands.filter((c) => group === undefined || c.name.split(' ')[0] === group)
+  const width = Math.max(...shown.map((c) => `${c.name}${c.args ? ` ${c.args}` : ''}`.length))
+  const lines = shown.map((c) => `  ${`${c.name}${c.args ? ` ${c.args}` : ''}`.padEnd(width)}  ${c.summary}`)
+  return [`usage: portcullis ${group ?? '<command>'}${group ? ' <action>' : ''} [--help]`, ...lines].join('\n')
+}
+
+const isHelp = (arg: string | undefined) => arg === '--help' || arg === '-h' || arg === 'help'
+
 /**
  * The `portcullis` command. Returns the exit status (0 done, 1 failed, 2 usage) instead of
  * exiting, so it is testable in-process; only the entry point at the bottom touches process.
+ * Options are parsed by Node's util.parseArgs (strict: an unknown option is a usage error).
  */
 export async function runCli(
   argv: string[],
@@ -98,101 +319,48 @@ export async function runCli(
   io: CliIo = stdio,
   clock: Clock = systemClock,
 ): Promise<number> {
-  const [group, action, ...args] = argv
+  const [first, second] = argv
   try {
-    switch (`${group ?? ''} ${action ?? ''}`.trim()) {
-      case 'serve': {
-        const { serve } = await import('./server.ts')
-        await serve(loadConfig(env))
-        return 0
-      }
-      case 'migrate': {
-        const config = loadConfig(env)
-        const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
-        const applied = await migrate(db).finally(() => db.close())
-        io.out(applied.length === 0 ? 'database is up to date' : `applied: ${applied.join(', ')}`)
-        return 0
-      }
-      case 'users list':
-        if (args.length > 0) throw new UsageError('users list takes no arguments')
-        return await withDatabase(env, async (db) => {
-          for (const user of await new AccountService(db, clock).list()) {
-            io.out([user.email, user.state + (user.disabled_reason ? `(${user.disabled_reason})` : ''), user.user_id, user.created_at].join('\t'))
-          }
-          return 0
-        })
-      case 'users verify':
-      case 'users enable': {
-        const email = oneEmail(args, `users ${action}`)
-        return await withDatabase(env, async (db) => {
-          const accounts = new AccountService(db, clock)
-          const user = action === 'verify' ? await accounts.verify(email) : await accounts.enable(email)
-          io.out(`${user.email}: ${user.state}`)
-          return 0
-        })
-      }
-      case 'users disable': {
-        const { email, reason } = parseReason(args)
-        return await withDatabase(env, async (db) => {
-          const user = await new AccountService(db, clock).disable(email, reason)
-          io.out(`${user.email}: disabled (${reason})`)
-          return 0
-        })
-      }
-      case 'events list': {
-        const { values, rest } = options(args, ['user', 'since'])
-        if (rest.length > 0) throw new UsageError(`events list does not take ${rest[0]}`)
-        const since = values.since === undefined ? undefined : parseSince(values.since, clock.now())
-        return await withDatabase(env, async (db) => {
-          const events = await new AccountService(db, clock).events({ email: values.user, since })
-          for (const event of events) {
-            io.out([new Date(event.at).toISOString(), event.type, event.reason ?? '-', event.user_id ?? '-', event.ip ?? '-', event.request_id ?? '-', event.user_agent ?? '-'].join('\t'))
-          }
-          return 0
-        })
-      }
-      case 'keys list':
-        return await withDatabase(env, async (db) => {
-          const keys = describeKeys(await signingKeys.list(db.kysely), clock.now(), REFRESH_TTL_SECONDS)
-          if (keys.length === 0) io.out('no signing keys yet (the service creates one on first start)')
-          for (const key of keys) {
-            const retires = key.retiresAt ? new Date(key.retiresAt).toISOString() : '-'
-            io.out([key.kid, key.alg, key.state, new Date(key.createdAt).toISOString(), `retires ${retires}`].join('\t'))
-          }
-          return 0
-        })
-      case 'keys rotate':
-        return await withDatabase(env, async (db) => {
-          const config = loadConfig(env)
-          const sealer = new KeySealer(resolveKek(config.keyEncryptionKey, config.dataDir, (message) => io.err(`portcullis: ${message}`)))
-          await sealStoredKeys(db, sealer)
-          const kid = await rotateSigningKey(db, sealer, clock.now())
-          io.out(`new signing key ${kid}; running instances sign with it within a minute, old keys keep verifying`)
-          return 0
-        })
-      case 'keys rewrap': {
-        const config = loadConfig(env)
-        if (!config.oldKeyEncryptionKey || !config.keyEncryptionKey) {
-          throw new UsageError('keys rewrap needs OLD_KEY_ENCRYPTION_KEY (the key in use) and KEY_ENCRYPTION_KEY (the new one)')
-        }
-        const from = new KeySealer(config.oldKeyEncryptionKey)
-        const to = new KeySealer(config.keyEncryptionKey)
-        return await withDatabase(env, async (db) => {
-          const count = await rewrapStoredKeys(db, from, to)
-          io.out(`re-encrypted ${count} stored key(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
-          return 0
-        })
-      }
-      default:
-        throw new UsageError(group === undefined ? 'a command is required' : `unknown command: ${[group, action].filter(Boolean).join(' ')}`)
+    if (first === undefined) throw new UsageError('a command is required', overview())
+    if (isHelp(first)) {
+      io.out(overview())
+      return 0
     }
+    const command = commands.find((c) => c.name === first) ?? commands.find((c) => c.name === `${first} ${second}`)
+    if (!command) {
+      const group = commands.some((c) => c.name.startsWith(`${first} `)) ? first : undefined
+      if (group && (second === undefined || isHelp(second))) {
+        if (second !== undefined) {
+          io.out(overview(group))
+          return 0
+        }
+        throw new UsageError(`${group} needs an action`, overview(group))
+      }
+      throw new UsageError(`unknown command: ${[first, group ? second : undefined].filter(Boolean).join(' ')}`, overview(group))
+    }
+    const rest = argv.slice(command.name.split(' ').length)
+    if (rest.some(isHelp)) {
+      io.out(usageOf(command.name))
+      return 0
+    }
+    let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] }
+    try {
+      parsed = parseArgs({ args: rest, options: command.options ?? {}, allowPositionals: true, strict: true }) as typeof parsed
+    } catch (error) {
+      throw new UsageError((error as Error).message.split('\n')[0]!.replace(/\. To specify a positional.*$/, ''), usageOf(command.name))
+    }
+    const expected = command.positionals ?? 0
+    if (parsed.positionals.length !== expected) {
+      throw new UsageError(expected === 0 ? `${command.name} takes no arguments` : `${command.name} takes ${command.args?.split(' ')[0]}`, usageOf(command.name))
+    }
+    return await command.run({ env, io, clock, values: parsed.values, positionals: parsed.positionals })
   } catch (error) {
     if (error instanceof UsageError) {
       io.err(`portcullis: ${error.message}`)
-      io.err(USAGE)
+      io.err(error.usage)
       return 2
     }
-    if (error instanceof UnknownUserError || error instanceof ConfigError || error instanceof KeyEncryptionError) {
+    if (error instanceof UnknownUserError || error instanceof ConfigError || error instanceof KeyEncryptionError || error instanceof ApiKeyError) {
       io.err(`portcullis: ${error.message}`)
       return 1
     }

@@ -6,7 +6,9 @@ import { DataRights } from './accounts/data-rights.ts'
 import { AccountService } from './accounts/service.ts'
 import { AuditLog } from './audit/service.ts'
 import { KeySealer, resolveKek } from './auth/key-encryption.ts'
-import { KeyStore } from './auth/keys.ts'
+import { KeyStore, sealedSecret } from './auth/keys.ts'
+import { ApiKeyService } from './admin/api-keys.ts'
+import { AdminService } from './admin/service.ts'
 import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
 import { SessionGate } from './auth/revocation.ts'
 import { AuthService } from './auth/service.ts'
@@ -55,6 +57,8 @@ export interface AppServices {
   accounts: AccountService
   dataRights: DataRights
   audit: AuditLog
+  apiKeys: ApiKeyService
+  admin: AdminService
   watchlists: WatchlistService
   feed: ChangeFeed
   gate: SessionGate
@@ -127,12 +131,14 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     const watchlists = new WatchlistService(db, clock, cursors)
     const audit = new AuditLog(db, cursors)
     const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists })
+    const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
+    const admin = new AdminService(db, clock, accounts, audit, cursors)
     metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
     metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
     metrics.gauge({ name: 'portcullis_verified_tokens_cached', help: 'Verified access tokens remembered (signature checks skipped on reuse).', read: () => tokens.cachedTokens() })
     metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
 
-    const services = { db, keys, sealer, tokens, auth, lifecycle, accounts, dataRights, audit, watchlists, feed, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
+    const services = { db, keys, sealer, tokens, auth, lifecycle, accounts, dataRights, audit, apiKeys, admin, watchlists, feed, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
     return {
       services,
       async stop() {

@@ -19,11 +19,19 @@ export async function registerApiDocs(app: FastifyInstance, publicUrl: string): 
     hideUntagged: true,
     openapi: {
       openapi: '3.1.0',
-      info: { title: 'Portcullis', version: API_VERSION, description: 'Authentication service: register, verify, log in, refresh, bearer auth; sessions; watchlists.' },
+      info: { title: 'Portcullis', version: API_VERSION, description: 'Authentication service: register, verify, log in, refresh, bearer auth; sessions; watchlists; account export and deletion; the admin API for operators.' },
       // Relative to wherever the document is served (PUBLIC_URL's path, if it has one), so /docs
       // can "Try it out" from any host name that reaches it without becoming a cross-origin call.
       servers: [{ url: new URL(publicUrl).pathname, description: 'this server' }],
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } } },
+      components: {
+        securitySchemes: {
+          bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: "A user's access token" },
+          apiKey: {
+            type: 'http', scheme: 'bearer', bearerFormat: 'pcl_ API key',
+            description: 'An operator\'s API key (`portcullis api-keys create`); each admin route names the scope it needs: users:read, users:write, audit:read',
+          },
+        },
+      },
     },
   })
   // The base layout leaves out Swagger UI's "explore any URL" bar (whose input carries an inline

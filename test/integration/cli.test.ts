@@ -95,6 +95,74 @@ for (const engine of ENGINES) {
   })
 }
 
+for (const engine of ENGINES) {
+  test(`users delete and api-keys create|list|revoke on ${engine}`, async () => {
+    const storage = await createStorage(engine)
+    const t = await startTestApp(engine, { storage })
+    const env = { DATA_DIR: storage.dataDir, DATABASE_URL: storage.databaseUrl }
+    try {
+      const user = await registerVerifyLogin(t)
+      let io = capture()
+      assert.equal(await runCli(['users', 'delete', user.email], env, io), 0)
+      assert.match(io.stdout[0]!, /deleted/)
+      await within(1000, async () => (await t.get('/auth/me', user.access_token)).json().error?.code === 'INVALID_TOKEN')
+      assert.equal(await runCli(['users', 'delete', user.email], env, capture()), 1)
+      assert.equal((await t.post('/auth/register', { email: user.email, password: PASSWORD, full_name: 'Again' })).statusCode, 201)
+
+      io = capture()
+      assert.equal(await runCli(['api-keys', 'create', '--name', 'support desk', '--scopes', 'users:read,audit:read', '--expires', '90d'], env, io), 0)
+      const key = io.stdout[0]!
+      assert.match(key, /^pcl_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$/)
+      assert.match(io.stderr[0]!, /only time the key is shown/)
+      const id = key.split('_')[1]!
+      io = capture()
+      assert.equal(await runCli(['api-keys', 'list'], env, io), 0)
+      const row = io.stdout.find((line) => line.startsWith(id))!.split('\t')
+      assert.deepEqual([row[1], row[2], row[6]], ['support desk', 'users:read,audit:read', 'active'])
+      assert.ok(!io.stdout.join('').includes(key.slice(key.indexOf('_', 4) + 1)), 'the secret is never shown again')
+      const stored = await t.app.services.db.kysely.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirstOrThrow()
+      assert.ok(!JSON.stringify(stored).includes(key.slice(key.indexOf('_', 4) + 1)))
+      assert.equal((await t.app.inject({ method: 'GET', url: `${t.base}/admin/users`, headers: { authorization: `Bearer ${key}` } })).statusCode, 200)
+
+      assert.equal(await runCli(['api-keys', 'revoke', id], env, capture()), 0)
+      await within(1000, async () => (await t.app.inject({ method: 'GET', url: `${t.base}/admin/users`, headers: { authorization: `Bearer ${key}` } })).statusCode === 401)
+      io = capture()
+      assert.equal(await runCli(['api-keys', 'revoke', id], env, io), 1)
+      assert.match(io.stderr[0]!, /no live API key/)
+      for (const argv of [
+        ['api-keys', 'create', '--scopes', 'users:read'],
+        ['api-keys', 'create', '--name', 'x', '--scopes', 'users:delete'],
+        ['api-keys', 'create', '--name', 'x', '--scopes', 'users:read', '--expires', 'soon'],
+        ['api-keys', 'create', '--name', 'x', '--scopes', 'users:read', '--colour', 'blue'],
+        ['api-keys', 'revoke'],
+      ]) {
+        io = capture()
+        assert.equal(await runCli(argv, env, io), 2, argv.join(' '))
+        assert.match(io.stderr[1]!, /^usage: portcullis api-keys/)
+      }
+    } finally {
+      await t.close()
+      await storage.drop()
+    }
+  })
+}
+
+test('--help: the overview, each group, and every command answer with their usage and exit 0', async () => {
+  let io = capture()
+  assert.equal(await runCli(['--help'], {}, io), 0)
+  const overview = io.stdout.join('\n')
+  const names = [...overview.matchAll(/^  ([a-z-]+(?: [a-z]+)?)(?= )/gm)].map((m) => m[1]!)
+  for (const expected of ['serve', 'migrate', 'users list', 'users delete', 'keys rewrap', 'api-keys create', 'api-keys revoke', 'events list']) assert.ok(names.includes(expected), expected)
+  for (const name of names) {
+    io = capture()
+    assert.equal(await runCli([...name.split(' '), '--help'], {}, io), 0, name)
+    assert.match(io.stdout[0]!, new RegExp(`^usage: portcullis ${name}`))
+  }
+  io = capture()
+  assert.equal(await runCli(['api-keys', '--help'], {}, io), 0)
+  assert.equal(io.stdout.join('\n').split('\n').length, 4, 'the usage line and the three api-keys commands')
+})
+
 test('the installed bin runs the CLI and sets the exit status', () => {
   const result = spawnSync(process.execPath, ['bin/portcullis.mjs', 'no-such-command'], { encoding: 'utf8' })
   assert.equal(result.status, 2)
