@@ -71,14 +71,78 @@ export interface AppServices {
   readiness: Readiness
 }
 
+/** The parts that run in the background or hold connections: started in order, stopped in reverse. */
+type Infrastructure = Awaited<ReturnType<typeof startInfrastructure>>
+
+async function startInfrastructure(config: Config, overrides: AppOverrides, logger: Logger, db: Db, started: (() => unknown)[]) {
+  const clock = overrides.clock ?? systemClock
+  // Read the blocklist at start, not on the first registration's request path.
+  loadCommonPasswords()
+  await migrate(db)
+  const sealer = new KeySealer(resolveKek(config.keyEncryptionKey, config.dataDir, (message) => logger.warn({}, message)))
+  const keys = new KeyStore(db, { clock, sealer, refreshTtlSeconds: REFRESH_TTL_SECONDS })
+  await keys.start()
+  started.push(() => keys.stop())
+  const metrics = new Metrics()
+  const mail =
+    overrides.mailTransport ??
+    createMailTransport({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: path.join(config.dataDir, 'outbox'), logger })
+  started.push(() => mail.close())
+  const mailQueue = new MailQueue(db, mail, clock, logger, metrics, { ...DEFAULT_MAIL_QUEUE, ...config.mailQueue, ...overrides.mailQueue })
+  mailQueue.start()
+  started.push(() => mailQueue.stop())
+  const feed = new ChangeFeed(db, logger, { clock, ...overrides.feed })
+  const gate = new SessionGate(db, feed, { clock })
+  feed.start()
+  started.push(() => feed.stop())
+  const store = config.redisUrl
+    ? new RedisStore(config.redisUrl, (error) => logger.warn({ err: { message: error.message } }, 'redis connection problem'))
+    : new MemoryStore(clock)
+  started.push(() => store.close())
+  if (store instanceof RedisStore) await store.ready()
+  return {
+    db, clock, sealer, keys, metrics, mailQueue, feed, gate,
+    background: new Background(logger),
+    limits: new Limits(store, clock, config.limits),
+    hasher: boundedHasher(overrides.hasher ?? createArgon2Hasher(), config.hashing),
+  }
+}
+
+/** The services the routes call, built on the infrastructure; nothing here starts anything. */
+async function wireDomain(infra: Infrastructure, config: Config, overrides: AppOverrides, logger: Logger) {
+  const { db, clock, sealer, keys, mailQueue, feed, gate, background, limits, hasher } = infra
+  const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock, ...(overrides.tokenCacheSize ? { cacheSize: overrides.tokenCacheSize } : {}) })
+  const brand = { appName: config.appName }
+  const auth = new AuthService({
+    db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand,
+    requireEmailVerification: config.requireEmailVerification,
+    verifyEmailUrl: config.verifyEmailUrl,
+  })
+  const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, resetPasswordUrl: config.resetPasswordUrl })
+  const accounts = new AccountService(db, clock, (changes) => feed.applyLocally(changes))
+  const cursors = new CursorCodec(await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now()))
+  const watchlists = new WatchlistService(db, clock, cursors)
+  const audit = new AuditLog(db, cursors)
+  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists })
+  const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
+  const admin = new AdminService(db, clock, accounts, audit, cursors)
+  return { tokens, auth, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin }
+}
+
+function registerGauges({ metrics, gate, hasher }: Infrastructure, tokens: TokenService): void {
+  metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
+  metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
+  metrics.gauge({ name: 'portcullis_verified_tokens_cached', help: 'Verified access tokens remembered (signature checks skipped on reuse).', read: () => tokens.cachedTokens() })
+  metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
+}
+
 /**
  * Wires the services (no HTTP here): opens and migrates the database, starts what runs in the
- * background (key refresh, revocation feed, mail queue, the Redis connection), and returns them
- * with a stop that ends all of it in reverse order. A start-up that fails half-way stops what it
- * had started.
+ * background (key refresh, change feed, mail queue, the Redis connection), builds the services on
+ * them, and returns them with a stop that ends all of it in reverse order. A start-up that fails
+ * half-way stops what it had started.
  */
 export async function startServices(config: Config, overrides: AppOverrides, logger: Logger): Promise<{ services: AppServices; stop(): Promise<void> }> {
-  const clock = overrides.clock ?? systemClock
   const db = overrides.db ?? openDatabase({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
@@ -90,60 +154,14 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     if (!overrides.db) await db.close()
   }
   try {
-    // Read the blocklist at start, not on the first registration's request path.
-    loadCommonPasswords()
-    await migrate(db)
-    const sealer = new KeySealer(resolveKek(config.keyEncryptionKey, config.dataDir, (message) => logger.warn({}, message)))
-    const keys = new KeyStore(db, { clock, sealer, refreshTtlSeconds: REFRESH_TTL_SECONDS })
-    await keys.start()
-    started.push(() => keys.stop())
-    const metrics = new Metrics()
-    const mail =
-      overrides.mailTransport ??
-      createMailTransport({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: path.join(config.dataDir, 'outbox'), logger })
-    started.push(() => mail.close())
-    const mailQueue = new MailQueue(db, mail, clock, logger, metrics, { ...DEFAULT_MAIL_QUEUE, ...config.mailQueue, ...overrides.mailQueue })
-    mailQueue.start()
-    started.push(() => mailQueue.stop())
-    const background = new Background(logger)
-    const feed = new ChangeFeed(db, logger, { clock, ...overrides.feed })
-    const gate = new SessionGate(db, feed, { clock })
-    feed.start()
-    started.push(() => feed.stop())
-    const hasher = boundedHasher(overrides.hasher ?? createArgon2Hasher(), config.hashing)
-    const store = config.redisUrl
-      ? new RedisStore(config.redisUrl, (error) => logger.warn({ err: { message: error.message } }, 'redis connection problem'))
-      : new MemoryStore(clock)
-    started.push(() => store.close())
-    if (store instanceof RedisStore) await store.ready()
-    const limits = new Limits(store, clock, config.limits)
-    const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock, ...(overrides.tokenCacheSize ? { cacheSize: overrides.tokenCacheSize } : {}) })
-    const brand = { appName: config.appName }
-    const auth = new AuthService({
-      db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand,
-      requireEmailVerification: config.requireEmailVerification,
-      verifyEmailUrl: config.verifyEmailUrl,
-    })
-    const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, resetPasswordUrl: config.resetPasswordUrl })
-    const accounts = new AccountService(db, clock, (changes) => feed.applyLocally(changes))
-    const cursorSecret = await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now())
-    const cursors = new CursorCodec(cursorSecret)
-    const watchlists = new WatchlistService(db, clock, cursors)
-    const audit = new AuditLog(db, cursors)
-    const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists })
-    const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
-    const admin = new AdminService(db, clock, accounts, audit, cursors)
-    metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
-    metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
-    metrics.gauge({ name: 'portcullis_verified_tokens_cached', help: 'Verified access tokens remembered (signature checks skipped on reuse).', read: () => tokens.cachedTokens() })
-    metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
-
-    const services = { db, keys, sealer, tokens, auth, lifecycle, accounts, dataRights, audit, apiKeys, admin, watchlists, feed, gate, background, mailQueue, limits, metrics, hasher, clock, readiness: new Readiness() }
+    const infra = await startInfrastructure(config, overrides, logger, db, started)
+    const domain = await wireDomain(infra, config, overrides, logger)
+    registerGauges(infra, domain.tokens)
     return {
-      services,
+      services: { ...infra, ...domain, readiness: new Readiness() },
       async stop() {
         // Background work (the mail-sending flows) uses the mail queue, limits and the database: first.
-        await background.drain()
+        await infra.background.drain()
         await stopStarted()
       },
     }

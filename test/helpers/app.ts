@@ -138,3 +138,20 @@ export function freePort(): Promise<number> {
     })
   })
 }
+
+/** Two instances on one fresh database (each with its own in-memory state), and how to end them. */
+export async function startPair(engine: EngineName): Promise<{ storage: TestStorage; a: TestApp; b: TestApp; close(): Promise<void> }> {
+  const storage = await createStorage(engine)
+  const a = await startTestApp(engine, { storage })
+  const b = await startTestApp(engine, { storage })
+  return {
+    storage,
+    a,
+    b,
+    async close() {
+      await a.close()
+      await b.close()
+      await storage.drop()
+    },
+  }
+}

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { after, before, describe, test } from 'node:test'
 import { runCli } from '../../src/cli.ts'
 import { createStorage, ENGINES, type TestStorage } from '../helpers/db.ts'
-import { PASSWORD, registerVerifyLogin, startTestApp, within, type TestApp } from '../helpers/app.ts'
+import { PASSWORD, registerVerifyLogin, startPair, startTestApp, within, type TestApp } from '../helpers/app.ts'
 
 async function cliKey(storage: TestStorage, scopes: string, name = 'test tool'): Promise<string> {
   const out: string[] = []
@@ -181,19 +181,15 @@ for (const engine of ENGINES) {
   })
 
   describe(`admin actions on a second instance on ${engine}`, () => {
+    let pair: Awaited<ReturnType<typeof startPair>>
     let storage: TestStorage
     let a: TestApp
     let b: TestApp
     before(async () => {
-      storage = await createStorage(engine)
-      a = await startTestApp(engine, { storage })
-      b = await startTestApp(engine, { storage })
+      pair = await startPair(engine)
+      ;({ storage, a, b } = pair)
     })
-    after(async () => {
-      await a.close()
-      await b.close()
-      await storage.drop()
-    })
+    after(() => pair.close())
     const admin = (t: TestApp, key: string, method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown) =>
       t.app.inject({ method, url: t.base + path, headers: { authorization: `Bearer ${key}`, ...(body ? { 'content-type': 'application/json' } : {}) }, ...(body ? { payload: JSON.stringify(body) } : {}) })
 

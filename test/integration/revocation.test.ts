@@ -2,8 +2,8 @@ import assert from 'node:assert/strict'
 import { after, before, describe, test } from 'node:test'
 import { decodeJwt } from 'jose'
 import { runCli } from '../../src/cli.ts'
-import { createStorage, ENGINES, type TestStorage } from '../helpers/db.ts'
-import { PASSWORD, registerVerifyLogin, startTestApp, TestClock, within, type TestApp } from '../helpers/app.ts'
+import { ENGINES, type TestStorage } from '../helpers/db.ts'
+import { PASSWORD, registerVerifyLogin, startPair, startTestApp, TestClock, within, type TestApp } from '../helpers/app.ts'
 
 /**
  * Two instances on one database, each with its own in-memory gate. Instance A has already
@@ -12,19 +12,15 @@ import { PASSWORD, registerVerifyLogin, startTestApp, TestClock, within, type Te
  */
 for (const engine of ENGINES) {
   describe(`revocation across instances on ${engine}`, () => {
+    let pair: Awaited<ReturnType<typeof startPair>>
     let storage: TestStorage
     let a: TestApp
     let b: TestApp
     before(async () => {
-      storage = await createStorage(engine)
-      a = await startTestApp(engine, { storage })
-      b = await startTestApp(engine, { storage })
+      pair = await startPair(engine)
+      ;({ storage, a, b } = pair)
     })
-    after(async () => {
-      await a.close()
-      await b.close()
-      await storage.drop()
-    })
+    after(() => pair.close())
 
     const code = async (t: TestApp, token: string) => (await t.get('/auth/me', token)).json().error?.code ?? 'OK'
 
