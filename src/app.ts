@@ -11,6 +11,7 @@ import { registerApiDocs } from './http/docs.ts'
 import { answerClientError, installErrorHandling, logServerError, sendError, toAppError } from './http/errors.ts'
 import { opsRoutes } from './http/ops.ts'
 import { installTransportSecurity, pathOf, setCommonHeaders } from './http/security.ts'
+import { lazySerializers } from './http/serialization.ts'
 import { installValidation } from './http/validation.ts'
 import { REDACT_PATHS } from './logger.ts'
 import { pageRoutes } from './pages/routes.ts'
@@ -57,6 +58,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     bodyLimit: DEFAULT_BODY_LIMIT,
     // Fastify's own 503 while closing is not in the envelope; the onRequest hook below answers instead.
     return503OnClosing: false,
+    // Route schemas compile on first use, not all at start-up (src/http/serialization.ts, validation.ts).
+    schemaController: lazySerializers(),
     ...(config.tls ? { https: config.tls } : {}),
   })
 

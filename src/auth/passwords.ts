@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import path from 'node:path'
 import { hash, parseOptions, verify, type Algorithm } from '@node-rs/argon2'
 import { AppError, type ErrorDetail } from '../errors.ts'
 
@@ -61,12 +63,17 @@ export function createArgon2Hasher(params: Argon2Params = OWASP_ARGON2_PARAMS): 
   }
 }
 
+/** This package's folder, found by its own name, so it holds from src/, dist/ and the bundle alike. */
+function packageRoot(): string {
+  return path.dirname(createRequire(import.meta.url).resolve('portcullis/package.json'))
+}
+
 let blocklist: Set<string> | undefined
 
 /** The shipped list of common passwords (assets/README.md says where it comes from), loaded once. */
 export function loadCommonPasswords(): Set<string> {
   blocklist ??= new Set(
-    readFileSync(new URL('../../assets/common-passwords.txt', import.meta.url), 'utf8')
+    readFileSync(path.join(packageRoot(), 'assets', 'common-passwords.txt'), 'utf8')
       .split('\n')
       .filter(Boolean),
   )
