@@ -17,6 +17,7 @@ import { Background } from './background.ts'
 import { ChangeFeed, type ChangeFeedOptions } from './changes/feed.ts'
 import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
+import { GroupCommit } from './db/group-commit.ts'
 import { migrate, openDatabase, type Db } from './db/index.ts'
 import { secrets } from './db/repositories.ts'
 import { Metrics } from './http/metrics.ts'
@@ -62,6 +63,7 @@ export interface AppServices {
   watchlists: WatchlistService
   feed: ChangeFeed
   gate: SessionGate
+  commits: GroupCommit
   background: Background
   mailQueue: MailQueue
   limits: Limits
@@ -91,6 +93,8 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
   const mailQueue = new MailQueue(db, mail, clock, logger, metrics, { ...DEFAULT_MAIL_QUEUE, ...config.mailQueue, ...overrides.mailQueue })
   mailQueue.start()
   started.push(() => mailQueue.stop())
+  const commits = new GroupCommit(db)
+  started.push(() => commits.flush())
   const feed = new ChangeFeed(db, logger, { clock, ...overrides.feed })
   const gate = new SessionGate(db, feed, { clock })
   feed.start()
@@ -101,7 +105,7 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
   started.push(() => store.close())
   if (store instanceof RedisStore) await store.ready()
   return {
-    db, clock, sealer, keys, metrics, mailQueue, feed, gate,
+    db, clock, sealer, keys, metrics, mailQueue, commits, feed, gate,
     background: new Background(logger),
     limits: new Limits(store, clock, config.limits),
     hasher: boundedHasher(overrides.hasher ?? createArgon2Hasher(), config.hashing),
@@ -110,11 +114,11 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
 
 /** The services the routes call, built on the infrastructure; nothing here starts anything. */
 async function wireDomain(infra: Infrastructure, config: Config, overrides: AppOverrides, logger: Logger) {
-  const { db, clock, sealer, keys, mailQueue, feed, gate, background, limits, hasher } = infra
+  const { db, clock, sealer, keys, mailQueue, commits, feed, gate, background, limits, hasher } = infra
   const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock, ...(overrides.tokenCacheSize ? { cacheSize: overrides.tokenCacheSize } : {}) })
   const brand = { appName: config.appName }
   const auth = new AuthService({
-    db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand,
+    db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand, commits,
     requireEmailVerification: config.requireEmailVerification,
     verifyEmailUrl: config.verifyEmailUrl,
   })
@@ -129,7 +133,9 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   return { tokens, auth, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin }
 }
 
-function registerGauges({ metrics, gate, hasher }: Infrastructure, tokens: TokenService): void {
+function registerGauges({ metrics, gate, hasher, commits }: Infrastructure, tokens: TokenService): void {
+  metrics.gauge({ name: 'portcullis_group_commits', help: 'Transactions committed by the group commit since start.', read: () => commits.stats.groups })
+  metrics.gauge({ name: 'portcullis_group_commit_writes', help: 'Writes those transactions carried (writes / commits = the grouping).', read: () => commits.stats.jobs })
   metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
   metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
   metrics.gauge({ name: 'portcullis_verified_tokens_cached', help: 'Verified access tokens remembered (signature checks skipped on reuse).', read: () => tokens.cachedTokens() })

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Clock } from '../clock.ts'
+import type { GroupCommit } from '../db/group-commit.ts'
 import { isUniqueViolation, type Db } from '../db/index.ts'
 import { oneTimeTokens, sessions, users, type UserRow } from '../db/repositories.ts'
 import { AppError, type ErrorDetail } from '../errors.ts'
@@ -30,6 +31,8 @@ export interface AuthServiceDeps {
   gate: SessionGate
   limits: Limits
   logger: Logger
+  /** Joins small writes into shared commits (src/db/group-commit.ts). */
+  commits: GroupCommit
   requireEmailVerification: boolean
   verifyEmailUrl: string
   brand: MailBrand
@@ -180,7 +183,8 @@ export class AuthService {
       this.deps.tokens.signAccess(user.id, sessionId),
       this.deps.tokens.signRefresh(user.id, sessionId),
     ])
-    await this.db.transaction().execute(async (trx) => {
+    // Committed (with others under load) before the tokens are handed out.
+    await this.deps.commits.run(async (trx) => {
       await sessions.insert(trx, {
         id: sessionId,
         user_id: user.id,
@@ -228,7 +232,7 @@ export class AuthService {
       throw new AppError('INVALID_REFRESH_TOKEN')
     }
     this.assertUsable(state)
-    await this.db.transaction().execute(async (trx) => {
+    await this.deps.commits.run(async (trx) => {
       await sessions.touch(trx, sid, now)
       await recordEvent(trx, this.deps.clock, { type: 'token.refreshed', userId: sub, context })
     })

@@ -37,11 +37,13 @@ export interface TokenServiceOptions {
   issuer: string
   audience: string
   clock: Clock
-  /** How many verified access tokens to remember (default 10,000, about 10 MB at most). */
+  /** How many verified tokens to remember (default 10,000, about 10 MB at most). */
   cacheSize?: number
 }
 
 interface CachedVerification {
+  /** What the token was verified as: a hit for the other kind is no hit. */
+  kind: TokenKind
   claims: TokenClaims
   kid: string
   /** The later of iat and nbf: a clock moved back must still see a token "from the future". */
@@ -49,12 +51,14 @@ interface CachedVerification {
 }
 
 /**
- * Access tokens already verified, by the whole token string, so a token presented again skips
- * the signature check and claim parsing. A hit is re-checked against the clock and the key set
- * (dropped at exp, or once its key is retired or removed); the session gate and the account state
- * are checked on every request by the caller, cached or not. Oldest entries go first when full.
+ * Tokens already verified, by the whole token string, so a token presented again skips the
+ * signature check and claim parsing: an access token on every request, a refresh token at every
+ * refresh (a client presents the same one every 15 minutes for a week). A hit is re-checked
+ * against the clock and the key set (dropped at exp, or once its key is retired or removed) and
+ * must be of the kind asked for; the session (gate or database) and the account state are
+ * checked by the caller on every use, cached or not. Oldest entries go first when full.
  */
-class VerifiedAccessTokens {
+class VerifiedTokens {
   private readonly entries = new Map<string, CachedVerification>()
 
   constructor(private readonly max: number) {}
@@ -78,16 +82,16 @@ class VerifiedAccessTokens {
 }
 
 export class TokenService {
-  private readonly verified: VerifiedAccessTokens
+  private readonly verified: VerifiedTokens
 
   constructor(
     private readonly keys: KeyStore,
     private readonly options: TokenServiceOptions,
   ) {
-    this.verified = new VerifiedAccessTokens(options.cacheSize ?? 10_000)
+    this.verified = new VerifiedTokens(options.cacheSize ?? 10_000)
   }
 
-  /** How many verified access tokens are remembered (for tests and metrics). */
+  /** How many verified tokens are remembered (for tests and metrics). */
   cachedTokens(): number {
     return this.verified.size
   }
@@ -120,18 +124,16 @@ export class TokenService {
    * so "expired" is only ever said of a token this service really issued.
    */
   async verify(token: string, kind: TokenKind): Promise<VerifyResult> {
-    if (kind === 'access') {
-      const hit = this.verified.get(token)
-      if (hit) {
-        const now = this.options.clock.now() / 1000
-        const fresh = now < hit.claims.exp + CLOCK_SKEW_SECONDS && hit.notBefore <= now + CLOCK_SKEW_SECONDS
-        if (fresh && this.keys.isLiveKid(hit.kid)) return { status: 'valid', claims: hit.claims }
-        // Expired, or its key left the key set: the full check below gives the answer.
-        this.verified.delete(token)
-      }
+    const hit = this.verified.get(token)
+    if (hit && hit.kind === kind) {
+      const now = this.options.clock.now() / 1000
+      const fresh = now < hit.claims.exp + CLOCK_SKEW_SECONDS && hit.notBefore <= now + CLOCK_SKEW_SECONDS
+      if (fresh && this.keys.isLiveKid(hit.kid)) return { status: 'valid', claims: hit.claims }
+      // Expired, or its key left the key set: the full check below gives the answer.
+      this.verified.delete(token)
     }
     const result = await this.verifyFully(token, kind)
-    if (kind === 'access' && result.status === 'valid') this.verified.set(token, result.cached)
+    if (result.status === 'valid') this.verified.set(token, result.cached)
     return result.status === 'valid' ? { status: 'valid', claims: result.claims } : result
   }
 
@@ -192,6 +194,6 @@ export class TokenService {
     const claims: TokenClaims = { sub: sub as string, sid: sid as string, jti: jti as string, iat: iat as number, exp: exp as number }
     if (now >= (exp as number) + CLOCK_SKEW_SECONDS) return { status: 'expired', claims }
     const notBefore = Math.max(iat as number, (nbf as number | undefined) ?? (iat as number))
-    return { status: 'valid', claims, cached: { claims, kid: header.kid!, notBefore } }
+    return { status: 'valid', claims, cached: { kind, claims, kid: header.kid!, notBefore } }
   }
 }

@@ -13,8 +13,8 @@ interface Job {
  * audit row, a login's session and audit row). A caller's work joins the next transaction and the
  * caller's promise settles once that transaction has committed, so nothing is acknowledged before
  * it is durable. While one group commits, the next gathers: under load many writes share one
- * commit (one fsync on SQLite, one round trip on PostgreSQL); when idle a write commits at once,
- * with no timer and no added wait. If a group fails, each of its jobs runs again alone, so one bad
+ * commit (one fsync on SQLite, one round trip on PostgreSQL); when idle a write commits on the
+ * next turn of the event loop, with no timer. If a group fails, each of its jobs runs again alone, so one bad
  * write never sinks the others.
  */
 export class GroupCommit {
@@ -31,10 +31,20 @@ export class GroupCommit {
   run(work: Work): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       this.waiting.push({ work, resolve, reject })
-      this.draining ??= this.drain().finally(() => {
-        this.draining = undefined
-      })
+      // Started on the next turn of the event loop, so writes handed in by other requests handled
+      // in this turn join the group (on SQLite a transaction otherwise runs start to finish before
+      // any other request gets a look in).
+      this.draining ??= new Promise<void>((next) => setImmediate(next))
+        .then(() => this.drain())
+        .finally(() => {
+          this.draining = undefined
+        })
     })
+  }
+
+  /** Resolves once every write handed in so far has committed (or failed); at shutdown. */
+  async flush(): Promise<void> {
+    await this.draining
   }
 
   private async drain(): Promise<void> {

@@ -71,13 +71,33 @@ for (const engine of ENGINES) {
       assert.equal(cached(), 3)
     })
 
-    test('only access tokens are cached, and a cached one is still no refresh token', async () => {
+    test('a cached token answers only as its own kind', async () => {
       const user = await registerVerifyLogin(t)
       assert.equal(await code(user.access_token), undefined)
-      const refreshAsAccess = await code(user.refresh_token)
-      assert.equal(refreshAsAccess, 'INVALID_TOKEN')
+      assert.equal((await t.post('/auth/refresh', { refresh_token: user.refresh_token })).statusCode, 200)
+      // Both are cached now; neither passes for the other.
+      assert.equal(await code(user.refresh_token), 'INVALID_TOKEN')
       const accessAsRefresh = await t.post('/auth/refresh', { refresh_token: user.access_token })
       assert.equal(accessAsRefresh.json().error.code, 'INVALID_REFRESH_TOKEN')
+    })
+
+    test('a cached refresh token still needs its live session, and stops at its exp', async () => {
+      const user = await registerVerifyLogin(t)
+      const before = cached()
+      assert.equal((await t.post('/auth/refresh', { refresh_token: user.refresh_token })).statusCode, 200)
+      assert.equal(cached(), Math.min(before + 1, 3))
+      assert.equal((await t.post('/auth/refresh', { refresh_token: user.refresh_token })).statusCode, 200)
+      assert.equal((await t.post('/auth/logout', { refresh_token: user.refresh_token })).statusCode, 200)
+      assert.equal((await t.post('/auth/refresh', { refresh_token: user.refresh_token })).json().error.code, 'INVALID_REFRESH_TOKEN')
+
+      const other = await registerVerifyLogin(t)
+      assert.equal((await t.post('/auth/refresh', { refresh_token: other.refresh_token })).statusCode, 200)
+      t.clock.advance(7 * 86_400 + 60)
+      try {
+        assert.equal((await t.post('/auth/refresh', { refresh_token: other.refresh_token })).json().error.code, 'INVALID_REFRESH_TOKEN')
+      } finally {
+        t.clock.advance(-(7 * 86_400 + 60))
+      }
     })
   })
 }
