@@ -17,7 +17,7 @@ export type Engine = 'sqlite' | 'postgres'
 export interface Db {
   kysely: Kysely<Database>
   engine: Engine
-  /** SQLite: how many statements are kept prepared for reuse. */
+  /** How many distinct statements are kept prepared for reuse (SQLite) or named (PostgreSQL). */
   preparedStatements?(): number
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>
@@ -88,6 +88,50 @@ function reusedStatements(sqlite: SQLite.Database) {
   }
 }
 
+const NAMED_STATEMENTS_MAX = 500
+const PREPARABLE = /^\s*(select|insert|update|delete|with)\b/i
+
+/**
+ * The PostgreSQL side of statement reuse: each distinct query text gets a name, so every pooled
+ * connection parses and plans it once and afterwards only binds and executes it (pg keeps the
+ * per-connection bookkeeping). Only data statements are named (never DDL or transaction control),
+ * and only the first 500 distinct texts, so a query built with a varying shape cannot grow the
+ * server's per-connection statement list without bound.
+ */
+function namedStatements(pool: PgModule.Pool) {
+  const names = new Map<string, string>()
+  const wrapped = new WeakMap<PgModule.PoolClient, PgModule.PoolClient>()
+  const nameOf = (text: string): string | undefined => {
+    let name = names.get(text)
+    if (name === undefined && names.size < NAMED_STATEMENTS_MAX && PREPARABLE.test(text)) {
+      name = `pcl_${names.size + 1}`
+      names.set(text, name)
+    }
+    return name
+  }
+  const wrap = (client: PgModule.PoolClient): PgModule.PoolClient => {
+    let proxy = wrapped.get(client)
+    if (!proxy) {
+      proxy = Object.create(client, {
+        query: {
+          value: (text: unknown, values?: unknown[]) => {
+            const name = typeof text === 'string' ? nameOf(text) : undefined
+            return name ? client.query({ name, text: text as string, values }) : client.query(text as string, values)
+          },
+        },
+        release: { value: (error?: Error | boolean) => client.release(error) },
+      }) as PgModule.PoolClient
+      wrapped.set(client, proxy)
+    }
+    return proxy
+  }
+  return {
+    connect: async () => wrap(await pool.connect()),
+    end: () => pool.end(),
+    size: () => names.size,
+  }
+}
+
 function openPostgres(connectionString: string, onPoolError?: (error: Error) => void): Db {
   const pg = load<typeof PgModule>('pg')
   const pool = new pg.Pool({
@@ -105,10 +149,12 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
   // A connection that dies while checked out emits 'error' on its client; without a listener
   // that would crash the process. The query itself still rejects and answers 503.
   pool.on('connect', (client) => client.on('error', (error) => onPoolError?.(error)))
-  const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) })
+  const named = namedStatements(pool)
+  const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool: named }) })
   return {
     kysely,
     engine: 'postgres',
+    preparedStatements: () => named.size(),
     async ping() {
       await sql`select 1`.execute(kysely)
     },

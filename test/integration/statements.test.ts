@@ -36,3 +36,45 @@ describe('prepared-statement reuse on sqlite', () => {
     assert.equal(prepared(), 500)
   })
 })
+
+/** PostgreSQL names each distinct data statement, so each pooled connection prepares it once. */
+describe('named statements on postgres', () => {
+  let t: TestApp
+  before(async () => {
+    t = await startTestApp('postgres')
+  })
+  after(async () => {
+    await t.close()
+  })
+  const named = () => t.app.services.db.preparedStatements!()
+  const serverPrepared = async () => Number((await sql<{ n: string }>`select count(*) as n from pg_prepared_statements`.execute(t.app.services.db.kysely)).rows[0]!.n)
+
+  test('repeating a request names nothing new, the server keeps the statements, and answers stay right', async () => {
+    const user = await registerVerifyLogin(t)
+    assert.equal((await t.call('POST', '/watchlists', user.access_token, { name: 'Reuse' })).statusCode, 201)
+    assert.equal((await t.get('/watchlists', user.access_token)).json().data.watchlists.length, 1)
+    const count = named()
+    assert.ok(count > 0)
+    for (let i = 0; i < 20; i++) {
+      assert.equal((await t.get('/auth/me', user.access_token)).json().data.email, user.email)
+      assert.equal((await t.get('/watchlists', user.access_token)).json().data.watchlists[0].name, 'Reuse')
+    }
+    assert.equal(named(), count)
+    // Seen from one pooled connection: statements it has prepared stay prepared on the server.
+    assert.ok((await serverPrepared()) > 0)
+  })
+
+  test('DDL and transaction control are never named, and at most 500 texts are', async () => {
+    const before = named()
+    await sql`create table if not exists scratch (n int)`.execute(t.app.services.db.kysely)
+    await t.app.services.db.kysely.transaction().execute(async (trx) => {
+      await sql`lock table scratch`.execute(trx)
+    })
+    assert.equal(named(), before, 'DDL, lock, begin and commit were not named')
+    for (let i = 0; i < 600; i++) {
+      const { rows } = await sql<{ n: number }>`select ${sql.raw(String(i))}::int as n`.execute(t.app.services.db.kysely)
+      assert.equal(rows[0]!.n, i)
+    }
+    assert.equal(named(), 500)
+  })
+})
