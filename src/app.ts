@@ -84,6 +84,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     if (draining || services.readiness.leaving) reply.header('connection', 'close')
   })
   app.addHook('onResponse', async (request, reply) => {
+    // Checked first so that with request lines off (LOG_LEVEL=warn) nothing is built per request.
+    if (!(request.log as unknown as { isLevelEnabled(level: string): boolean }).isLevelEnabled('info')) return
     request.log.info(
       { method: request.method, path: pathOf(request), status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
       'request',

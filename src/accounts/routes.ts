@@ -105,7 +105,7 @@ export async function dataRightsRoutes(fastify: FastifyInstance, rights: DataRig
   app.delete('/auth/me', {
     bodyLimit: AUTH_BODY_LIMIT,
     // Throttled like login: the per-IP login limit here, the per-account delay in the service.
-    onRequest: [limitByIp(limits, 'login'), refuseWhenSaturated(hasher)],
+    onRequest: [refuseWhenSaturated(hasher), limitByIp(limits, 'login')],
     schema: { tags, security, operationId: 'deleteAccount', body: DeleteAccountBody, response: { 200: AccountDeleted } },
   }, async (request) => ok(await rights.deleteOwn(principalOf(request), request.body.password, requestContext(request))))
 }

@@ -17,7 +17,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
 
   app.post('/auth/register', {
     ...common,
-    onRequest: [limitByIp(limits, 'register'), refuseWhenSaturated(hasher)],
+    onRequest: [refuseWhenSaturated(hasher), limitByIp(limits, 'register')],
     schema: {
       tags: ['auth'],
       operationId: 'register',
@@ -58,7 +58,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
 
   app.post('/auth/login', {
     ...common,
-    onRequest: [limitByIp(limits, 'login'), refuseWhenSaturated(hasher)],
+    onRequest: [refuseWhenSaturated(hasher), limitByIp(limits, 'login')],
     schema: {
       tags: ['auth'],
       operationId: 'login',

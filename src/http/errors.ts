@@ -64,9 +64,19 @@ export function sendError(reply: FastifyReply, appError: AppError): FastifyReply
   return reply.type('application/json; charset=utf-8').send({ success: false, error })
 }
 
-/** 5xx internals (stack, SQL, driver text) go to the log with the request id, never to the client. */
+/**
+ * 5xx internals (stack, SQL, driver text) go to the log with the request id, never to the client.
+ * A 503 is not an internal error: a refusal the service chose (overload, shutdown) is only in the
+ * request's own log line, since a line with a stack for every refused request would make a flood
+ * costlier to refuse; the database being away is one warning line without a stack.
+ */
 export function logServerError(request: FastifyRequest, appError: AppError, error: unknown): void {
   if (appError.status < 500) return
+  if (appError.code === 'SERVICE_UNAVAILABLE') {
+    const cause = appError.cause as Error | undefined
+    if (cause) request.log.warn({ err: { message: cause.message, code: (cause as FastifyError).code } }, 'database unavailable')
+    return
+  }
   const cause = (appError.cause ?? error) as Error
   request.log.error({ err: { type: cause?.name, message: cause?.message, code: (cause as FastifyError)?.code, stack: cause?.stack } }, appError.code)
 }

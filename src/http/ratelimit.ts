@@ -11,7 +11,8 @@ export function limitByIp(limits: Limits, rule: IpRule) {
 
 /**
  * A route-level onRequest hook for routes that hash a password: when the hashing queue is already
- * full, answer 503 before the body is parsed or the database touched, so a flood costs little.
+ * full, answer 503 before the body is parsed, the database touched or a rate-limit counter
+ * written (it runs first), so a flood costs little.
  */
 export function refuseWhenSaturated(hasher: { saturated(): boolean }) {
   return async () => {

@@ -191,6 +191,25 @@ for (const engine of ENGINES) {
   })
 }
 
+describe('refusals under load', () => {
+  test('a 503 the service chooses (hashing saturated) leaves only its request line: no error line, no stack', async () => {
+    const logs = new LogCapture()
+    const t = await startTestApp('sqlite', { env: { LOG_LEVEL: 'info', HASH_CONCURRENCY: '1', HASH_QUEUE: '1' }, overrides: { hasher: createArgon2Hasher(), logStream: logs } })
+    try {
+      const user = await registerVerifyLogin(t)
+      const answers = await Promise.all(Array.from({ length: 12 }, () => t.post('/auth/login', { email: user.email, password: PASSWORD })))
+      const refused = answers.filter((a) => a.statusCode === 503)
+      assert.ok(refused.length > 0, 'some logins were refused')
+      const entries = logs.entries()
+      assert.deepEqual(entries.filter((e) => (e.level as number) >= 50), [])
+      assert.ok(!logs.lines.join('\n').includes('"stack"'))
+      assert.equal(entries.filter((e) => e.msg === 'request' && e.status === 503).length, refused.length)
+    } finally {
+      await t.close()
+    }
+  })
+})
+
 describe('database outage on postgres', () => {
   test('answers 503 SERVICE_UNAVAILABLE while the database is unreachable and recovers by itself', async () => {
     const storage = await createStorage('postgres')
