@@ -1,5 +1,6 @@
 import { sql, type Kysely, type Selectable } from 'kysely'
 import { randomUUID } from 'node:crypto'
+import { hotQuery } from './hot-query.ts'
 import { databaseNowMs } from './now.ts'
 import type { ChangeFeedTable, Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable, WatchlistsTable } from './schema.ts'
 
@@ -16,6 +17,19 @@ export type SigningKeyRow = Selectable<SigningKeysTable>
 export type WatchlistRow = Selectable<WatchlistsTable>
 export type ChangeRow = Selectable<ChangeFeedTable>
 
+// The reads on the request path, compiled once (src/db/hot-query.ts).
+const userById = hotQuery<{ id: string }, UserRow>((db, arg) => db.selectFrom('users').selectAll().where('id', '=', arg('id')))
+const sessionAuthState = hotQuery<{ id: string }, SessionAuthState>((db, arg) =>
+  db
+    .selectFrom('sessions')
+    .innerJoin('users', 'users.id', 'sessions.user_id')
+    .select(['sessions.user_id', 'sessions.expires_at', 'sessions.revoked_at', 'users.status', 'users.email_verified_at'])
+    .where('sessions.id', '=', arg('id')),
+)
+const watchlistPage = hotQuery<{ userId: string; after: number; limit: number }, WatchlistRow>((db, arg) =>
+  db.selectFrom('watchlists').selectAll().where('user_id', '=', arg('userId')).where('position', '>', arg('after')).orderBy('position').limit(arg('limit')),
+)
+
 export const users = {
   async insert(db: Executor, row: UserRow): Promise<void> {
     await db.insertInto('users').values(row).execute()
@@ -26,7 +40,7 @@ export const users = {
   },
 
   async findById(db: Executor, id: string): Promise<UserRow | null> {
-    return (await db.selectFrom('users').selectAll().where('id', '=', id).executeTakeFirst()) ?? null
+    return (await userById(db, { id }))[0] ?? null
   },
 
   async list(db: Executor, limit: number): Promise<UserRow[]> {
@@ -87,13 +101,7 @@ export const sessions = {
 
   /** The session and its owner's state in one indexed read. */
   async findAuthState(db: Executor, id: string): Promise<SessionAuthState | null> {
-    const row = await db
-      .selectFrom('sessions')
-      .innerJoin('users', 'users.id', 'sessions.user_id')
-      .select(['sessions.user_id', 'sessions.expires_at', 'sessions.revoked_at', 'users.status', 'users.email_verified_at'])
-      .where('sessions.id', '=', id)
-      .executeTakeFirst()
-    return row ?? null
+    return (await sessionAuthState(db, { id }))[0] ?? null
   },
 
   async touch(db: Executor, id: string, at: number): Promise<void> {
@@ -270,14 +278,7 @@ export const watchlists = {
 
   /** One page in position order, starting after `afterPosition`. */
   async page(db: Executor, userId: string, afterPosition: number, limit: number): Promise<WatchlistRow[]> {
-    return db
-      .selectFrom('watchlists')
-      .selectAll()
-      .where('user_id', '=', userId)
-      .where('position', '>', afterPosition)
-      .orderBy('position')
-      .limit(limit)
-      .execute()
+    return watchlistPage(db, { userId, after: afterPosition, limit })
   },
 
   /**

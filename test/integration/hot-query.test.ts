@@ -1,0 +1,39 @@
+import assert from 'node:assert/strict'
+import { describe, test } from 'node:test'
+import { hotQuery } from '../../src/db/hot-query.ts'
+import { openDatabase, migrate } from '../../src/db/index.ts'
+import { createStorage, ENGINES } from '../helpers/db.ts'
+
+for (const engine of ENGINES) {
+  describe(`hot queries on ${engine}`, () => {
+    test('answer exactly as the built query does, keep literal values, and compile once per handle', async () => {
+      const storage = await createStorage(engine)
+      const db = openDatabase({ databaseUrl: storage.databaseUrl, dataDir: storage.dataDir })
+      try {
+        await migrate(db)
+        const rows = Array.from({ length: 5 }, (_, i) => ({ name: `hot-${i}`, value: i % 2 === 0 ? 'even' : 'odd', created_at: i }))
+        await db.kysely.insertInto('secrets').values(rows).execute()
+        let builds = 0
+        const query = hotQuery<{ value: string; after: number; limit: number }, { name: string }>((k, arg) => {
+          builds++
+          return k.selectFrom('secrets').select('name').where('value', '=', arg('value')).where('created_at', '>', arg('after')).where('name', 'like', 'hot-%').orderBy('created_at').limit(arg('limit'))
+        })
+        for (const args of [{ value: 'even', after: -1, limit: 10 }, { value: 'odd', after: 1, limit: 10 }, { value: 'even', after: 0, limit: 1 }]) {
+          const expected = await db.kysely.selectFrom('secrets').select('name').where('value', '=', args.value).where('created_at', '>', args.after).where('name', 'like', 'hot-%').orderBy('created_at').limit(args.limit).execute()
+          assert.deepEqual(await query(db.kysely, args), expected)
+        }
+        assert.deepEqual((await query(db.kysely, { value: 'even', after: -1, limit: 10 })).map((r) => r.name), ['hot-0', 'hot-2', 'hot-4'])
+        assert.equal(builds, 1)
+        // Inside a transaction (another handle) it compiles for that handle and sees its writes.
+        await db.kysely.transaction().execute(async (trx) => {
+          await trx.insertInto('secrets').values({ name: 'hot-9', value: 'odd', created_at: 9 }).execute()
+          assert.deepEqual((await query(trx, { value: 'odd', after: 5, limit: 10 })).map((r) => r.name), ['hot-9'])
+        })
+        assert.equal(builds, 2)
+      } finally {
+        await db.close()
+        await storage.drop()
+      }
+    })
+  })
+}
