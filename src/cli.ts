@@ -129,7 +129,8 @@ const commands: Command[] = [
     positionals: 1,
     run: (context) =>
       accounts(context, async (service) => {
-        context.io.out(`${(await service.verify(context.positionals[0]!)).email}: verified`)
+        const user = await service.verify(context.positionals[0]!)
+        context.io.out(`${user.email}: verified (${user.state})`)
         return 0
       }),
   },
@@ -155,7 +156,8 @@ const commands: Command[] = [
     positionals: 1,
     run: (context) =>
       accounts(context, async (service) => {
-        context.io.out(`${(await service.enable(context.positionals[0]!)).email}: ${'active'}`)
+        const user = await service.enable(context.positionals[0]!)
+        context.io.out(`${user.email}: ${user.state}`)
         return 0
       }),
   },

@@ -8,7 +8,7 @@ import { recordEvent, type RequestContext } from '../audit/events.ts'
 import type { AuditLog } from '../audit/service.ts'
 import type { Limits } from '../limits/limits.ts'
 import type { WatchlistService } from '../watchlists/service.ts'
-import { statusOf, type AccountService } from './service.ts'
+import { statusOf, UnknownUserError, type AccountService } from './service.ts'
 import { accountStore } from './store.ts'
 
 export interface DataRightsDeps {
@@ -45,7 +45,13 @@ export class DataRights {
       throw new AppError('INVALID_CREDENTIALS')
     }
     await this.deps.limits.loginSucceeded(user.email)
-    await this.deps.accounts.remove({ id: user.id }, context)
+    try {
+      await this.deps.accounts.remove({ id: user.id }, context)
+    } catch (error) {
+      // Deleted a moment ago by a concurrent request (or an operator): the token is no longer anyone's.
+      if (error instanceof UnknownUserError) throw new AppError('INVALID_TOKEN')
+      throw error
+    }
     return { user_id: user.id, deleted: true }
   }
 

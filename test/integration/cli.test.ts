@@ -40,6 +40,7 @@ for (const engine of ENGINES) {
 
         io = capture()
         assert.equal(await runCli(['users', 'enable', active.email], env, io), 0)
+        assert.equal(io.stdout[0], `${active.email}: active`)
         await within(1000, async () => (await t.get('/auth/me', active.access_token)).statusCode === 200)
 
         io = capture()
