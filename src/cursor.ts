@@ -1,4 +1,5 @@
 import { createHmac, timingSafeEqual } from 'node:crypto'
+import { AppError } from './errors.ts'
 
 /**
  * Opaque pagination cursors: where the last page ended, bound to a scope (the user a watchlist
@@ -33,8 +34,38 @@ export class CursorCodec {
   }
 }
 
-/** A keyset position of (time, id), as the admin listings use. */
-export function timeIdOf(value: Record<string, unknown> | null): { t: number; id: string } | null {
+/** A keyset position: a time and an id to break ties. */
+export interface TimeId {
+  t: number
+  id: string
+}
+
+function timeIdOf(value: Record<string, unknown> | null): TimeId | null {
   if (!value || !Number.isSafeInteger(value.t) || typeof value.id !== 'string' || value.id.length > 64) return null
   return { t: value.t as number, id: value.id }
+}
+
+/**
+ * One page of a keyset listing ordered by (time, id), as the admin API pages users and events:
+ * opens the cursor for `scope` (a listing and its filter), fetches one row more than asked to know
+ * whether another page exists, and seals the next cursor. A cursor not issued for this scope is
+ * VALIDATION_ERROR.
+ */
+export async function keysetPage<Row>(
+  cursors: CursorCodec,
+  scope: string,
+  query: { limit?: number; cursor?: string },
+  fetch: (after: TimeId | null, limit: number) => Promise<Row[]>,
+  positionOf: (row: Row) => TimeId,
+): Promise<{ rows: Row[]; next_cursor: string | null }> {
+  const limit = query.limit ?? 20
+  let after: TimeId | null = null
+  if (query.cursor !== undefined) {
+    after = timeIdOf(cursors.open(scope, query.cursor))
+    if (!after) throw new AppError('VALIDATION_ERROR', { details: [{ field: 'cursor', message: 'is not a cursor this service issued for this query' }] })
+  }
+  const rows = await fetch(after, limit + 1)
+  const page = rows.slice(0, limit)
+  const last = page[page.length - 1]
+  return { rows: page, next_cursor: rows.length > limit && last ? cursors.seal(scope, { ...positionOf(last) }) : null }
 }

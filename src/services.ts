@@ -126,7 +126,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const accounts = new AccountService(db, clock, (changes) => feed.applyLocally(changes))
   const cursors = new CursorCodec(await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now()))
   const watchlists = new WatchlistService(db, clock, cursors)
-  const audit = new AuditLog(db, cursors)
+  const audit = new AuditLog(db)
   const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists })
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
   const admin = new AdminService(db, clock, accounts, audit, cursors)

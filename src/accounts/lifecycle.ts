@@ -6,7 +6,7 @@ import { oneTimeTokens, sessions, users } from '../db/repositories.ts'
 import { AppError } from '../errors.ts'
 import { emailProblem, normaliseEmail, throwIfProblems } from '../auth/input.ts'
 import { passwordProblems, type PasswordHasher } from '../auth/passwords.ts'
-import { publishChanges, type Change, type ChangeFeed } from '../changes/feed.ts'
+import { publishChanges, sessionRevocations, type ChangeFeed } from '../changes/feed.ts'
 import { hashOneTimeToken, issueOneTimeToken, RESET_TTL_MS } from '../auth/one-time-tokens.ts'
 import type { Principal } from '../auth/service.ts'
 import type { TokenService } from '../auth/tokens.ts'
@@ -15,10 +15,6 @@ import type { MailQueue } from '../mail/queue.ts'
 import { isUuid } from '../text.ts'
 import { recordEvent, type AuditType, type RequestContext } from '../audit/events.ts'
 
-
-function revocations(userId: string, sessionIds: string[]): Change[] {
-  return sessionIds.map((id) => ({ kind: 'session_revoked', user_id: userId, target_id: id }))
-}
 
 export interface LifecycleDeps {
   db: Db
@@ -63,11 +59,11 @@ export class LifecycleService {
     const revoked = await this.db.transaction().execute(async (trx) => {
       await alsoInTransaction?.(trx)
       const ids = await sessions.revoke(trx, userId, now, which)
-      await publishChanges(trx, revocations(userId, ids))
+      await publishChanges(trx, sessionRevocations(userId, ids))
       await recordEvent(trx, this.deps.clock, { type: audit.type, userId, context: audit.context })
       return ids
     })
-    this.deps.feed.applyLocally(revocations(userId, revoked))
+    this.deps.feed.applyLocally(sessionRevocations(userId, revoked))
     return revoked
   }
 

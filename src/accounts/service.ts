@@ -2,9 +2,10 @@ import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import { sessions, users, watchlists, type UserRow } from '../db/repositories.ts'
 import { normaliseEmail } from '../auth/input.ts'
-import { publishChanges, type Change } from '../changes/feed.ts'
+import { publishChanges, sessionRevocations, type Change } from '../changes/feed.ts'
 import { CLI_CONTEXT, recordEvent, type AuditType, type RequestContext } from '../audit/events.ts'
-import { auditStore, type AuditEventRow } from '../audit/store.ts'
+import { AuditLog } from '../audit/service.ts'
+import type { AuditEventRow } from '../audit/store.ts'
 import { accountStore } from './store.ts'
 
 export type DisableReason = NonNullable<UserRow['disabled_reason']>
@@ -75,7 +76,7 @@ export class AccountService {
     who: UserRef,
     audit: { type: AuditType; reason?: string | null; context: RequestContext },
     write: (trx: Db['kysely'], user: UserRow) => Promise<Change[]>,
-  ): Promise<UserRow> {
+  ): Promise<{ user: UserRow; changes: Change[] }> {
     const user = await this.find(who)
     const changes = await this.db.kysely.transaction().execute(async (trx) => {
       const changes: Change[] = [{ kind: 'user_changed', user_id: user.id }, ...(await write(trx, user))]
@@ -84,17 +85,18 @@ export class AccountService {
       return changes
     })
     this.onChange(changes)
-    return user
+    return { user, changes }
   }
 
-  private async changed(who: UserRef, write: Parameters<AccountService['change']>[2], audit: Parameters<AccountService['change']>[1]): Promise<AccountSummary> {
-    const user = await this.change(who, audit, write)
+  /** The account as it is now, after a change. */
+  private async summaryOf(user: UserRow): Promise<AccountSummary> {
     return summarise((await users.findById(this.db.kysely, user.id))!)
   }
 
+  /** The CLI's view of the audit trail, optionally of one account (by address). */
   async events(filter: { email?: string; since?: number; limit?: number }): Promise<AuditEventRow[]> {
     const userId = filter.email === undefined ? undefined : (await this.find(filter.email)).id
-    return auditStore.list(this.db.kysely, { userId, since: filter.since, limit: filter.limit ?? 1000 })
+    return new AuditLog(this.db).list({ userId, since: filter.since, limit: filter.limit })
   }
 
   async list(limit = 1000): Promise<AccountSummary[]> {
@@ -102,35 +104,35 @@ export class AccountService {
   }
 
   async verify(who: UserRef, context: RequestContext = CLI_CONTEXT): Promise<AccountSummary> {
-    return this.changed(who, async (trx, user) => {
+    const { user } = await this.change(who, { type: 'account.verified', context }, async (trx, user) => {
       await users.markVerified(trx, user.id, this.clock.now())
       return []
-    }, { type: 'account.verified', context })
+    })
+    return this.summaryOf(user)
   }
 
   async disable(who: UserRef, reason: DisableReason, context: RequestContext = CLI_CONTEXT): Promise<AccountSummary> {
-    return this.changed(who, async (trx, user) => {
+    const { user } = await this.change(who, { type: 'account.disabled', reason, context }, async (trx, user) => {
       await users.setStatus(trx, user.id, 'disabled', reason, this.clock.now())
       return []
-    }, { type: 'account.disabled', reason, context })
+    })
+    return this.summaryOf(user)
   }
 
   async enable(who: UserRef, context: RequestContext = CLI_CONTEXT): Promise<AccountSummary> {
-    return this.changed(who, async (trx, user) => {
+    const { user } = await this.change(who, { type: 'account.enabled', context }, async (trx, user) => {
       await users.setStatus(trx, user.id, 'active', null, this.clock.now())
       return []
-    }, { type: 'account.enabled', context })
+    })
+    return this.summaryOf(user)
   }
 
   /** Revokes every session of the account; returns how many were live. */
   async revokeSessions(who: UserRef, context: RequestContext = CLI_CONTEXT): Promise<number> {
-    let revoked = 0
-    await this.change(who, { type: 'sessions.revoked_by_operator', context }, async (trx, user) => {
-      const ids = await sessions.revoke(trx, user.id, this.clock.now())
-      revoked = ids.length
-      return ids.map((id) => ({ kind: 'session_revoked', user_id: user.id, target_id: id }))
-    })
-    return revoked
+    const { changes } = await this.change(who, { type: 'sessions.revoked_by_operator', context }, async (trx, user) =>
+      sessionRevocations(user.id, await sessions.revoke(trx, user.id, this.clock.now())),
+    )
+    return changes.filter((change) => change.kind === 'session_revoked').length
   }
 
   /**
@@ -140,11 +142,11 @@ export class AccountService {
    * time, type, IP, user agent; never the address) plus one `account.deleted`.
    */
   async remove(who: UserRef, context: RequestContext = CLI_CONTEXT): Promise<{ user_id: string; email: string }> {
-    const user = await this.change(who, { type: 'account.deleted', context }, async (trx, user) => {
+    const { user } = await this.change(who, { type: 'account.deleted', context }, async (trx, user) => {
       const live = await sessions.revoke(trx, user.id, this.clock.now())
       await watchlists.deleteAllOf(trx, user.id)
       await accountStore.deleteUserData(trx, user.id)
-      return live.map((id) => ({ kind: 'session_revoked', user_id: user.id, target_id: id }))
+      return sessionRevocations(user.id, live)
     })
     return { user_id: user.id, email: user.email }
   }

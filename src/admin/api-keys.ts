@@ -1,7 +1,6 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import type { Background } from '../background.ts'
-import type { Change, ChangeFeed } from '../changes/feed.ts'
-import { publishChanges } from '../changes/feed.ts'
+import { publishChanges, type Change, type ChangeFeed } from '../changes/feed.ts'
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import { CLI_CONTEXT, recordEvent, type RequestContext } from '../audit/events.ts'

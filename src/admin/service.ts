@@ -2,19 +2,15 @@ import { statusOf, UnknownUserError, type AccountService, type DisableReason, ty
 import { accountStore, type UserFilter } from '../accounts/store.ts'
 import { normaliseEmail } from '../auth/input.ts'
 import type { RequestContext } from '../audit/events.ts'
-import type { AuditLog } from '../audit/service.ts'
+import { eventView, type AuditLog } from '../audit/service.ts'
 import type { Clock } from '../clock.ts'
-import { timeIdOf, type CursorCodec } from '../cursor.ts'
+import { keysetPage, type CursorCodec } from '../cursor.ts'
 import type { Db } from '../db/index.ts'
 import type { UserRow } from '../db/repositories.ts'
 import { AppError } from '../errors.ts'
 import { isUuid } from '../text.ts'
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
-
-function invalidCursor(): AppError {
-  return new AppError('VALIDATION_ERROR', { details: [{ field: 'cursor', message: 'is not a cursor this service issued for this query' }] })
-}
 
 function invalidTime(field: string): AppError {
   return new AppError('VALIDATION_ERROR', { details: [{ field, message: 'must be an ISO 8601 date-time' }] })
@@ -52,17 +48,12 @@ export class AdminService {
   /** Oldest first, by keyset on (created_at, id); the cursor is bound to the filter it came with. */
   async listUsers(query: { email?: string; status?: UserFilter['status']; limit?: number; cursor?: string }) {
     const filter: UserFilter = { emailPrefix: query.email === undefined ? undefined : normaliseEmail(query.email), status: query.status }
-    const scope = `admin-users:${JSON.stringify(filter)}`
-    const limit = query.limit ?? 20
-    let after: { t: number; id: string } | null = null
-    if (query.cursor !== undefined) {
-      after = timeIdOf(this.cursors.open(scope, query.cursor))
-      if (!after) throw invalidCursor()
-    }
-    const rows = await accountStore.page(this.db.kysely, filter, after, limit + 1)
-    const page = rows.slice(0, limit)
-    const last = page[page.length - 1]
-    return { users: await this.views(page), next_cursor: rows.length > limit && last ? this.cursors.seal(scope, { t: last.created_at, id: last.id }) : null }
+    const { rows, next_cursor } = await keysetPage(
+      this.cursors, `admin-users:${JSON.stringify(filter)}`, query,
+      (after, limit) => accountStore.page(this.db.kysely, filter, after, limit),
+      (row) => ({ t: row.created_at, id: row.id }),
+    )
+    return { users: await this.views(rows), next_cursor }
   }
 
   private async found<T>(id: string, run: (ref: UserRef) => Promise<T>): Promise<T> {
@@ -113,11 +104,17 @@ export class AdminService {
     return this.found(id, async (ref) => ({ user_id: (await this.accounts.remove(ref, context)).user_id, deleted: true as const }))
   }
 
-  events(query: { user_id?: string; type?: string; since?: string; until?: string; limit?: number; cursor?: string }) {
+  async events(query: { user_id?: string; type?: string; since?: string; until?: string; limit?: number; cursor?: string }) {
     const since = query.since === undefined ? undefined : Date.parse(query.since)
     const until = query.until === undefined ? undefined : Date.parse(query.until)
     if (Number.isNaN(since)) throw invalidTime('since')
     if (Number.isNaN(until)) throw invalidTime('until')
-    return this.audit.page({ userId: query.user_id, type: query.type, since, until }, { limit: query.limit, cursor: query.cursor })
+    const filter = { userId: query.user_id, type: query.type, since, until }
+    const { rows, next_cursor } = await keysetPage(
+      this.cursors, `admin-events:${JSON.stringify(filter)}`, query,
+      (after, limit) => this.audit.newestFirst(filter, after, limit),
+      (row) => ({ t: row.at, id: row.id }),
+    )
+    return { events: rows.map(eventView), next_cursor }
   }
 }

@@ -1,6 +1,5 @@
 import type { Db } from '../db/index.ts'
-import { timeIdOf, type CursorCodec } from '../cursor.ts'
-import { AppError } from '../errors.ts'
+import type { TimeId } from '../cursor.ts'
 import { auditStore, type AuditEventRow, type EventFilter } from './store.ts'
 
 export interface EventView {
@@ -31,10 +30,7 @@ export function eventView(row: AuditEventRow): EventView {
 
 /** Reading the audit trail: the CLI, the admin API and a user's export. Writing is recordEvent. */
 export class AuditLog {
-  constructor(
-    private readonly db: Db,
-    private readonly cursors: CursorCodec,
-  ) {}
+  constructor(private readonly db: Db) {}
 
   /** Oldest first, at most `limit` (the CLI). */
   list(filter: EventFilter & { limit?: number }): Promise<AuditEventRow[]> {
@@ -46,21 +42,8 @@ export class AuditLog {
     return (await auditStore.list(this.db.kysely, { userId, limit: Number.MAX_SAFE_INTEGER })).map(eventView)
   }
 
-  /**
-   * One page, newest first. The cursor is bound to the filter it was issued for, so it cannot be
-   * replayed against another filter (which would silently skip or repeat rows).
-   */
-  async page(filter: EventFilter, query: { limit?: number; cursor?: string }): Promise<{ events: EventView[]; next_cursor: string | null }> {
-    const limit = query.limit ?? 20
-    const scope = `admin-events:${JSON.stringify(filter)}`
-    let after: { t: number; id: string } | null = null
-    if (query.cursor !== undefined) {
-      after = timeIdOf(this.cursors.open(scope, query.cursor))
-      if (!after) throw new AppError('VALIDATION_ERROR', { details: [{ field: 'cursor', message: 'is not a cursor this service issued for this query' }] })
-    }
-    const rows = await auditStore.pageNewestFirst(this.db.kysely, filter, after, limit + 1)
-    const page = rows.slice(0, limit)
-    const last = page[page.length - 1]
-    return { events: page.map(eventView), next_cursor: rows.length > limit && last ? this.cursors.seal(scope, { t: last.at, id: last.id }) : null }
+  /** Newest first, strictly after the keyset position `after` (the admin API pages with it). */
+  newestFirst(filter: EventFilter, after: TimeId | null, limit: number): Promise<AuditEventRow[]> {
+    return auditStore.pageNewestFirst(this.db.kysely, filter, after, limit)
   }
 }

@@ -14,6 +14,11 @@ export type Change =
   | { kind: 'user_changed'; user_id: string }
   | { kind: 'api_key_revoked'; target_id: string }
 
+/** One `session_revoked` change for each session id. */
+export function sessionRevocations(userId: string, sessionIds: string[]): Change[] {
+  return sessionIds.map((id) => ({ kind: 'session_revoked', user_id: userId, target_id: id }))
+}
+
 export type ChangeListener = (changes: Change[]) => void
 
 /** Writes changes to the feed inside the caller's transaction; the database numbers and stamps them. */
