@@ -28,6 +28,7 @@ const sessionAuthState = hotQuery<{ id: string }, SessionAuthState>((db, arg) =>
 )
 const watchlistPage = hotQuery<{ userId: string; after: number; limit: number }, WatchlistRow>((db, arg) =>
   db.selectFrom('watchlists').selectAll().where('user_id', '=', arg('userId')).where('position', '>', arg('after')).orderBy('position').limit(arg('limit')),
+  { literal: ['limit'] },
 )
 
 export const users = {

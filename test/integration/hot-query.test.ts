@@ -35,5 +35,47 @@ for (const engine of ENGINES) {
         await storage.drop()
       }
     })
+
+    test('write a literal value into the SQL, one plan per distinct value, and refuse anything but a safe integer', async () => {
+      const storage = await createStorage(engine)
+      const db = openDatabase({ databaseUrl: storage.databaseUrl, dataDir: storage.dataDir })
+      try {
+        await migrate(db)
+        await db.kysely.insertInto('secrets').values(Array.from({ length: 4 }, (_, i) => ({ name: `lit-${i}`, value: 'v', created_at: i }))).execute()
+        let builds = 0
+        const query = hotQuery<{ value: string; limit: number }, { name: string }>(
+          (k, arg) => {
+            builds++
+            return k.selectFrom('secrets').select('name').where('value', '=', arg('value')).orderBy('created_at').limit(arg('limit'))
+          },
+          { literal: ['limit'] },
+        )
+        const sent: { sql: string; parameters: readonly unknown[] }[] = []
+        const watched = new Proxy(db.kysely, {
+          get(target, property) {
+            const value = Reflect.get(target, property, target)
+            if (property !== 'executeQuery') return typeof value === 'function' ? value.bind(target) : value
+            return (compiled: { sql: string; parameters: readonly unknown[] }) => {
+              sent.push(compiled)
+              return target.executeQuery(compiled as never)
+            }
+          },
+        })
+        for (const limit of [2, 3, 2, 3, 1]) {
+          assert.deepEqual((await query(watched, { value: 'v', limit })).map((r) => r.name), ['lit-0', 'lit-1', 'lit-2'].slice(0, limit))
+        }
+        assert.equal(builds, 3)
+        assert.match(sent[0]!.sql, /limit 2$/i)
+        assert.deepEqual(sent[0]!.parameters, ['v'])
+        assert.match(sent[4]!.sql, /limit 1$/i)
+        for (const limit of [1.5, Number.NaN, '2; drop table users' as unknown as number]) {
+          await assert.rejects(query(watched, { value: 'v', limit }), TypeError)
+        }
+        assert.equal(sent.length, 5)
+      } finally {
+        await db.close()
+        await storage.drop()
+      }
+    })
   })
 }
