@@ -5,10 +5,11 @@
 //   git worktree add /tmp/before <commit> && ln -s "$PWD/node_modules" /tmp/before/node_modules
 //   (cd /tmp/before && npm run build) && npm run build
 //   AB_TREES=/tmp/before,$PWD AB_CASES=refresh,me,watchlists,login npx tsx bench/ab.ts
+// Server CPU per request (from /proc) is the steadier measure when the machine is noisy.
 // AB_ROUNDS (2), AB_SECONDS (8); DATABASE_URL for PostgreSQL (both trees share it, hence the one
 // fixed KEY_ENCRYPTION_KEY below: benchmark data only).
 import { spawn } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import autocannon from 'autocannon'
@@ -19,6 +20,12 @@ const seconds = Number(process.env.AB_SECONDS ?? 8)
 if (!process.env.AB_TREES) throw new Error('AB_TREES: the built source trees to compare, comma-separated (see the top of bench/ab.ts)')
 const trees = process.env.AB_TREES.split(',')
 const cases = (process.env.AB_CASES ?? 'refresh').split(',')
+
+/** The process's user + system CPU time in microseconds (Linux /proc; clock ticks of 10 ms). */
+function cpuMicros(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+  return (Number(fields[11]) + Number(fields[12])) * 10_000
+}
 
 async function run(tree: string, port: number, extraEnv: Record<string, string>) {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'ab-'))
@@ -37,8 +44,10 @@ async function run(tree: string, port: number, extraEnv: Record<string, string>)
       : c === 'me' ? { url: `${base}/auth/me`, headers: bearer }
       : c === 'login' ? { url: `${base}/auth/login`, method: 'POST', headers: json, body: JSON.stringify({ email, password }), connections: 8 }
       : { url: `${base}/watchlists`, headers: bearer }
+    const cpuBefore = cpuMicros(child.pid!)
     const r = await autocannon({ duration: seconds, connections: 50, ...opts })
-    out.push(`${c} ${Math.round(r.requests.average)} req/s p99 ${r.latency.p99} ms non2xx ${r.non2xx}`)
+    const cpuPerRequest = (cpuMicros(child.pid!) - cpuBefore) / r.requests.total
+    out.push(`${c} ${Math.round(r.requests.average)} req/s p99 ${r.latency.p99} ms non2xx ${r.non2xx} server CPU ${cpuPerRequest.toFixed(1)} us/req`)
   }
   child.kill('SIGTERM')
   await new Promise((r) => child.once('exit', r))

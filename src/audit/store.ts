@@ -1,6 +1,7 @@
 import type { Kysely, Selectable } from 'kysely'
-import { randomUUID } from 'node:crypto'
+import { hotQuery } from '../db/hot-query.ts'
 import type { AuditEventsTable, Database } from '../db/schema.ts'
+import { timeOrderedUuid } from '../text.ts'
 
 export type AuditEventRow = Selectable<AuditEventsTable>
 
@@ -11,10 +12,26 @@ export interface EventFilter {
   until?: number
 }
 
+// Every refresh and login writes one: compiled once (src/db/hot-query.ts).
+const insertEvent = hotQuery<AuditEventRow, never>((db, arg) =>
+  db.insertInto('audit_events').values({
+    id: arg('id'),
+    at: arg('at'),
+    user_id: arg('user_id'),
+    type: arg('type'),
+    reason: arg('reason'),
+    ip: arg('ip'),
+    user_agent: arg('user_agent'),
+    request_id: arg('request_id'),
+    actor: arg('actor'),
+  }),
+)
+
 /** Storage calls of the audit trail; the executor comes first, so they run inside a transaction too. */
 export const auditStore = {
   async insert(db: Kysely<Database>, event: Omit<AuditEventRow, 'id'>): Promise<void> {
-    await db.insertInto('audit_events').values({ id: randomUUID(), ...event }).execute()
+    // Time-ordered ids keep each commit's new rows on the last pages of the index.
+    await insertEvent(db, { id: timeOrderedUuid(event.at), ...event })
   },
 
   /** Oldest first (the CLI's view). */

@@ -20,7 +20,7 @@ export interface HotQueryOptions<Args> {
 const PLANS_MAX = 128
 
 /**
- * A query on the request path, built and compiled to SQL once per database handle and afterwards
+ * A query on the request path, built and compiled to SQL once per database and afterwards
  * only given new values: no query building or compiling per request (with statement reuse, the
  * database then only binds and runs it). `build` names each value with `arg('name')`; the
  * compiled query's parameters are matched back to those names, and any other value the builder
@@ -31,7 +31,9 @@ export function hotQuery<Args extends Record<string, unknown>, Row>(
   options: HotQueryOptions<Args> = {},
 ): (db: Kysely<Database>, args: Args) => Promise<Row[]> {
   const literal = new Set(options.literal ?? [])
-  const plans = new WeakMap<Kysely<Database>, Map<string, Plan<Args>>>()
+  // Keyed by the dialect's adapter, which a transaction shares with the handle it came from: the
+  // SQL depends on the dialect only, so a plan made outside a transaction serves inside one.
+  const plans = new WeakMap<object, Map<string, Plan<Args>>>()
 
   const literalValue = (args: Args, name: keyof Args): number => {
     const value = args[name]
@@ -55,10 +57,11 @@ export function hotQuery<Args extends Record<string, unknown>, Row>(
   }
 
   return async (db, args) => {
-    let byLiterals = plans.get(db)
+    const dialect = db.getExecutor().adapter
+    let byLiterals = plans.get(dialect)
     if (!byLiterals) {
       byLiterals = new Map()
-      plans.set(db, byLiterals)
+      plans.set(dialect, byLiterals)
     }
     const key = literal.size === 0 ? '' : [...literal].map((name) => literalValue(args, name)).join(',')
     let compiled = byLiterals.get(key)

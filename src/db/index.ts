@@ -11,6 +11,7 @@ import * as m0003 from './migrations/0003_lifecycle.ts'
 import * as m0004 from './migrations/0004_mail_outbox.ts'
 import { changeFeed } from './migrations/0005_change_feed.ts'
 import * as m0006 from './migrations/0006_operators.ts'
+import * as m0007 from './migrations/0007_audit_writes.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -173,6 +174,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0004_mail_outbox': m0004,
     '0005_change_feed': changeFeed(engine),
     '0006_operators': m0006,
+    '0007_audit_writes': m0007,
   }
 }
 

@@ -31,6 +31,10 @@ const watchlistPage = hotQuery<{ userId: string; after: number; limit: number },
   { literal: ['limit'] },
 )
 
+const touchSession = hotQuery<{ id: string; at: number }, never>((db, arg) =>
+  db.updateTable('sessions').set({ last_used_at: arg('at') }).where('id', '=', arg('id')),
+)
+
 export const users = {
   async insert(db: Executor, row: UserRow): Promise<void> {
     await db.insertInto('users').values(row).execute()
@@ -106,7 +110,7 @@ export const sessions = {
   },
 
   async touch(db: Executor, id: string, at: number): Promise<void> {
-    await db.updateTable('sessions').set({ last_used_at: at }).where('id', '=', id).execute()
+    await touchSession(db, { id, at })
   },
 
   async listLive(db: Executor, userId: string, now: number): Promise<SessionRow[]> {
