@@ -13,7 +13,7 @@ import { opsRoutes } from './http/ops.ts'
 import { installTransportSecurity, pathOf, setCommonHeaders } from './http/security.ts'
 import { lazySerializers } from './http/serialization.ts'
 import { installValidation } from './http/validation.ts'
-import { REDACT_PATHS } from './logger.ts'
+import { REDACT_PATHS, serializeError } from './logger.ts'
 import { pageRoutes } from './pages/routes.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
 import { watchlistRoutes } from './watchlists/routes.ts'
@@ -35,6 +35,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     logger: {
       level: config.logLevel,
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+      // Fastify's type insists on a `stack` field; leaving it out is the point (src/logger.ts).
+      serializers: { err: serializeError as never },
       ...(overrides.logStream ? { stream: overrides.logStream } : {}),
     },
     // One line per request is written by the onResponse hook below, not Fastify's two.

@@ -22,3 +22,14 @@ export const REDACT_PATHS = [
   '*.private_jwk',
   '*.password_hash',
 ]
+
+/**
+ * pino's serializer for `err`, replacing its standard one, which writes the stack: here every
+ * error in the log is its type, code and message, never a stack trace (the project's rule), and
+ * that holds for Fastify's own lines as much as for ours.
+ */
+export function serializeError(error: unknown): unknown {
+  if (typeof error !== 'object' || error === null) return error
+  const { type, name, code, message } = error as { type?: unknown; name?: unknown; code?: unknown; message?: unknown }
+  return { type: type ?? name ?? error.constructor?.name, code, message }
+}

@@ -65,7 +65,8 @@ export function sendError(reply: FastifyReply, appError: AppError): FastifyReply
 }
 
 /**
- * 5xx internals (stack, SQL, driver text) go to the log with the request id, never to the client.
+ * 5xx internals (the cause's type, code and message) go to the log with the request id, never to
+ * the client.
  * A 503 is not an internal error: a refusal the service chose (overload, shutdown) is only in the
  * request's own log line, since a line with a stack for every refused request would make a flood
  * costlier to refuse; the database being away is one warning line without a stack.
@@ -77,13 +78,15 @@ export function logServerError(request: FastifyRequest, appError: AppError, erro
     if (cause) request.log.warn({ err: { message: cause.message, code: (cause as FastifyError).code } }, 'database unavailable')
     return
   }
+  // The cause's type, code and message with the request id; never its stack (the project's rule:
+  // no stack trace reaches a client or the log).
   const cause = (appError.cause ?? error) as Error
-  request.log.error({ err: { type: cause?.name, message: cause?.message, code: (cause as FastifyError)?.code, stack: cause?.stack } }, appError.code)
+  request.log.error({ err: { type: cause?.name, message: cause?.message, code: (cause as FastifyError)?.code } }, appError.code)
 }
 
 /**
- * One handler turns anything thrown into the envelope. 5xx internals (stack, SQL, driver text)
- * go to the log with the request id and never to the client.
+ * One handler turns anything thrown into the envelope. 5xx internals (the cause's type, code and
+ * message; never a stack) go to the log with the request id and never to the client.
  */
 export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error, request: FastifyRequest, reply) => {

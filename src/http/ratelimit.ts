@@ -1,5 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { AppError } from '../errors.ts'
+import { hashingSaturated } from '../auth/passwords.ts'
 import type { IpRule, Limits } from '../limits/limits.ts'
 
 /** A route-level onRequest hook counting the client IP against one rule, before the body is read. */
@@ -11,11 +11,11 @@ export function limitByIp(limits: Limits, rule: IpRule) {
 
 /**
  * A route-level onRequest hook for routes that hash a password: when the hashing queue is already
- * full, answer 503 before the body is parsed, the database touched or a rate-limit counter
- * written (it runs first), so a flood costs little.
+ * full, refuse (src/auth/passwords.ts, hashingSaturated) before the body is parsed, the database
+ * touched or a rate-limit counter written (it runs first), so a flood costs little.
  */
 export function refuseWhenSaturated(hasher: { saturated(): boolean }) {
   return async () => {
-    if (hasher.saturated()) throw new AppError('SERVICE_UNAVAILABLE', { headers: { 'retry-after': '1' } })
+    if (hasher.saturated()) throw hashingSaturated()
   }
 }

@@ -210,6 +210,52 @@ describe('refusals under load', () => {
   })
 })
 
+describe('internal errors in the log', () => {
+  test('a 500 is logged with its cause and request id but without a stack trace', async () => {
+    const logs = new LogCapture()
+    const broken = createArgon2Hasher()
+    broken.hash = async () => {
+      throw new TypeError('hashing broke')
+    }
+    const t = await startTestApp('sqlite', { env: { LOG_LEVEL: 'warn' }, overrides: { hasher: broken, logStream: logs } })
+    try {
+      const response = await t.app.inject({
+        method: 'POST',
+        url: `${t.base}/auth/register`,
+        headers: { 'content-type': 'application/json', 'x-request-id': 'boom-2' },
+        payload: JSON.stringify({ email: uniqueEmail(), password: PASSWORD, full_name: 'Boom' }),
+      })
+      assert.equal(response.statusCode, 500)
+      const logged = logs.entries().find((entry) => entry.reqId === 'boom-2' && entry.level === 50) as { err?: Record<string, unknown> } | undefined
+      assert.deepEqual(logged?.err, { type: 'TypeError', message: 'hashing broke' })
+      assert.ok(!logs.lines.join('\n').includes('"stack"'))
+      assert.ok(!logs.lines.join('\n').includes('    at '))
+    } finally {
+      await t.close()
+    }
+  })
+})
+
+describe('refusals under load close the connection', () => {
+  test('a login refused because hashing is saturated answers 503 with Retry-After and Connection: close', async () => {
+    const t = await startTestApp('sqlite', { env: { HASH_CONCURRENCY: '1', HASH_QUEUE: '1' }, overrides: { hasher: createArgon2Hasher() } })
+    try {
+      const user = await registerVerifyLogin(t)
+      const answers = await Promise.all(Array.from({ length: 12 }, () => t.post('/auth/login', { email: user.email, password: PASSWORD })))
+      const refused = answers.filter((a) => a.statusCode === 503)
+      const served = answers.filter((a) => a.statusCode === 200)
+      assert.ok(refused.length > 0 && served.length > 0)
+      for (const answer of refused) {
+        assert.equal(answer.headers.connection, 'close')
+        assert.equal(answer.headers['retry-after'], '1')
+      }
+      for (const answer of served) assert.notEqual(answer.headers.connection, 'close')
+    } finally {
+      await t.close()
+    }
+  })
+})
+
 describe('database outage on postgres', () => {
   test('answers 503 SERVICE_UNAVAILABLE while the database is unreachable and recovers by itself', async () => {
     const storage = await createStorage('postgres')
