@@ -29,21 +29,32 @@ function cpuMicros(pid: number): number {
 
 async function run(tree: string, port: number, extraEnv: Record<string, string>) {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'ab-'))
-  const child = spawn(process.execPath, ['dist/server.js'], { cwd: tree, env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'warn', REQUIRE_EMAIL_VERIFICATION: 'false', KEY_ENCRYPTION_KEY: 'MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=', RATE_LIMIT_LOGIN_PER_IP: '1000000000', ...extraEnv }, stdio: ['ignore', 'ignore', 'inherit'] })
+  const child = spawn(process.execPath, ['dist/server.js'], { cwd: tree, env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'warn', REQUIRE_EMAIL_VERIFICATION: 'false', KEY_ENCRYPTION_KEY: 'MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=', RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000', ...extraEnv }, stdio: ['ignore', 'ignore', 'inherit'] })
   const base = `http://127.0.0.1:${port}/api/v1`
   for (let i = 0; i < 500; i++) { if (await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false)) break; await new Promise((r) => setTimeout(r, 20)) }
-  const email = `ab-${Date.now()}@example.com`
-  await fetch(`${base}/auth/register`, { method: 'POST', headers: json, body: JSON.stringify({ email, password, full_name: 'AB' }) })
-  const tokens = (await (await fetch(`${base}/auth/login`, { method: 'POST', headers: json, body: JSON.stringify({ email, password }) })).json()).data
+  // AB_USERS (1): how many users the bearer cases rotate through, request by request.
+  const users: { email: string; tokens: { access_token: string; refresh_token: string } }[] = []
+  for (let u = 0; u < Number(process.env.AB_USERS ?? 1); u++) {
+    const email = `ab-${Date.now()}-${u}@example.com`
+    await fetch(`${base}/auth/register`, { method: 'POST', headers: json, body: JSON.stringify({ email, password, full_name: 'AB' }) })
+    const tokens = (await (await fetch(`${base}/auth/login`, { method: 'POST', headers: json, body: JSON.stringify({ email, password }) })).json()).data
+    await fetch(`${base}/watchlists`, { method: 'POST', headers: { ...json, authorization: `Bearer ${tokens.access_token}` }, body: JSON.stringify({ name: 'AB', symbols: ['AAPL'] }) })
+    users.push({ email, tokens })
+  }
+  const { email, tokens } = users[0]!
   const bearer = { authorization: `Bearer ${tokens.access_token}` }
-  await fetch(`${base}/watchlists`, { method: 'POST', headers: { ...json, ...bearer }, body: JSON.stringify({ name: 'AB', symbols: ['AAPL'] }) })
+  let turn = 0
+  const rotating = (url: string): autocannon.Options =>
+    users.length === 1
+      ? { url, headers: bearer }
+      : { url, requests: [{ setupRequest: (request) => ({ ...request, headers: { authorization: `Bearer ${users[turn++ % users.length]!.tokens.access_token}` } }) }] }
   const out: string[] = []
   for (const c of cases) {
     const opts: autocannon.Options =
       c === 'refresh' ? { url: `${base}/auth/refresh`, method: 'POST', headers: json, body: JSON.stringify({ refresh_token: tokens.refresh_token }) }
-      : c === 'me' ? { url: `${base}/auth/me`, headers: bearer }
+      : c === 'me' ? rotating(`${base}/auth/me`)
       : c === 'login' ? { url: `${base}/auth/login`, method: 'POST', headers: json, body: JSON.stringify({ email, password }), connections: 8 }
-      : { url: `${base}/watchlists`, headers: bearer }
+      : rotating(`${base}/watchlists`)
     const cpuBefore = cpuMicros(child.pid!)
     const r = await autocannon({ duration: seconds, connections: 50, ...opts })
     const cpuPerRequest = (cpuMicros(child.pid!) - cpuBefore) / r.requests.total

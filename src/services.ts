@@ -19,7 +19,7 @@ import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
 import { GroupCommit } from './db/group-commit.ts'
 import { migrate, openDatabase, type Db } from './db/index.ts'
-import { secrets } from './db/repositories.ts'
+import { batchesOf, secrets } from './db/repositories.ts'
 import { Metrics } from './http/metrics.ts'
 import { Readiness } from './http/ops.ts'
 import { Limits } from './limits/limits.ts'
@@ -133,13 +133,18 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   return { tokens, auth, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin }
 }
 
-function registerGauges({ metrics, gate, hasher, commits }: Infrastructure, tokens: TokenService): void {
+function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {
   metrics.gauge({ name: 'portcullis_group_commits', help: 'Transactions committed by the group commit since start.', read: () => commits.stats.groups })
   metrics.gauge({ name: 'portcullis_group_commit_writes', help: 'Writes those transactions carried (writes / commits = the grouping).', read: () => commits.stats.jobs })
   metrics.gauge({ name: 'portcullis_session_gate_sessions', help: 'Sessions held in the in-memory revocation gate.', read: () => gate.size().sessions })
   metrics.gauge({ name: 'portcullis_session_gate_accounts', help: 'Accounts held in the in-memory revocation gate.', read: () => gate.size().accounts })
   metrics.gauge({ name: 'portcullis_verified_tokens_cached', help: 'Verified access tokens remembered (signature checks skipped on reuse).', read: () => tokens.cachedTokens() })
   metrics.gauge({ name: 'portcullis_password_hashes_waiting', help: 'Password hashes queued for a free slot.', read: () => hasher.waiting() })
+  if (db.engine === 'postgres') {
+    const { users, pages } = batchesOf(db)
+    metrics.gauge({ name: 'portcullis_batched_read_queries', help: 'Queries that carried the batched request reads (PostgreSQL).', read: () => users.stats.queries + pages.stats.queries })
+    metrics.gauge({ name: 'portcullis_batched_reads', help: 'Request reads those queries answered (reads / queries = the batching).', read: () => users.stats.reads + pages.stats.reads })
+  }
 }
 
 /**

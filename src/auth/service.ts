@@ -264,7 +264,7 @@ export class AuthService {
   }
 
   async me(principal: Principal) {
-    const user = await users.findById(this.db, principal.userId)
+    const user = await users.read(this.deps.db, principal.userId)
     if (!user) throw new AppError('INVALID_TOKEN')
     return {
       user_id: user.id,

@@ -1,6 +1,8 @@
-import { sql, type Kysely, type Selectable } from 'kysely'
+import { CompiledQuery, sql, type Kysely, type Selectable } from 'kysely'
 import { randomUUID } from 'node:crypto'
+import { ReadBatch } from './batch.ts'
 import { hotQuery } from './hot-query.ts'
+import type { Db } from './index.ts'
 import { databaseNowMs } from './now.ts'
 import type { ChangeFeedTable, Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable, WatchlistsTable } from './schema.ts'
 
@@ -35,6 +37,55 @@ const touchSession = hotQuery<{ id: string; at: number }, never>((db, arg) =>
   db.updateTable('sessions').set({ last_used_at: arg('at') }).where('id', '=', arg('id')),
 )
 
+// On PostgreSQL the two reads behind GET /auth/me and GET /watchlists go out as one query for all
+// the requests of a turn of the event loop (src/db/batch.ts): a round trip each was most of their
+// cost. SQLite runs in-process, where a query costs microseconds and batching would only add a turn.
+const USERS_BY_IDS = 'select * from "users" where "id" = any($1::text[])'
+const WATCHLIST_PAGES = `select q.n as batch_slot, w.* from unnest($1::text[], $2::bigint[], $3::int[]) with ordinality as q(user_id, after_position, page_size, n)
+cross join lateral (select * from "watchlists" where "watchlists"."user_id" = q.user_id and "watchlists"."position" > q.after_position order by "watchlists"."position" limit q.page_size) as w
+order by q.n, w.position`
+
+interface PageKey {
+  userId: string
+  after: number
+  limit: number
+}
+
+function readBatches(db: Kysely<Database>) {
+  return {
+    users: new ReadBatch<string, UserRow | null>(
+      (id) => id,
+      async (ids) => {
+        const rows = (await db.executeQuery<UserRow>(CompiledQuery.raw(USERS_BY_IDS, [ids]))).rows
+        const byId = new Map(rows.map((row) => [row.id, row]))
+        return ids.map((id) => byId.get(id) ?? null)
+      },
+    ),
+    pages: new ReadBatch<PageKey, WatchlistRow[]>(
+      (key) => `${key.userId}/${key.after}/${key.limit}`,
+      async (keys) => {
+        const parameters = [keys.map((k) => k.userId), keys.map((k) => k.after), keys.map((k) => k.limit)]
+        const rows = (await db.executeQuery<WatchlistRow & { batch_slot: number }>(CompiledQuery.raw(WATCHLIST_PAGES, parameters))).rows
+        const pages = keys.map((): WatchlistRow[] => [])
+        for (const { batch_slot, ...row } of rows) pages[batch_slot - 1]!.push(row)
+        return pages
+      },
+    ),
+  }
+}
+
+const batches = new WeakMap<Db, ReturnType<typeof readBatches>>()
+
+/** The read batches of a PostgreSQL database, made on first use; their counts go to /metrics. */
+export function batchesOf(db: Db): ReturnType<typeof readBatches> {
+  let batch = batches.get(db)
+  if (!batch) {
+    batch = readBatches(db.kysely)
+    batches.set(db, batch)
+  }
+  return batch
+}
+
 export const users = {
   async insert(db: Executor, row: UserRow): Promise<void> {
     await db.insertInto('users').values(row).execute()
@@ -46,6 +97,11 @@ export const users = {
 
   async findById(db: Executor, id: string): Promise<UserRow | null> {
     return (await userById(db, { id }))[0] ?? null
+  },
+
+  /** findById on the request path, outside any transaction: batched on PostgreSQL (above). */
+  async read(db: Db, id: string): Promise<UserRow | null> {
+    return db.engine === 'postgres' ? batchesOf(db).users.load(id) : users.findById(db.kysely, id)
   },
 
   async list(db: Executor, limit: number): Promise<UserRow[]> {
@@ -284,6 +340,12 @@ export const watchlists = {
   /** One page in position order, starting after `afterPosition`. */
   async page(db: Executor, userId: string, afterPosition: number, limit: number): Promise<WatchlistRow[]> {
     return watchlistPage(db, { userId, after: afterPosition, limit })
+  },
+
+  /** page on the request path, outside any transaction: batched on PostgreSQL (above). */
+  async readPage(db: Db, userId: string, afterPosition: number, limit: number): Promise<WatchlistRow[]> {
+    if (db.engine === 'postgres') return batchesOf(db).pages.load({ userId, after: afterPosition, limit })
+    return watchlistPage(db.kysely, { userId, after: afterPosition, limit })
   },
 
   /**

@@ -82,7 +82,7 @@ export class WatchlistService {
       after = position as number
     }
     // One extra row tells whether another page exists without a count query.
-    const rows = await watchlists.page(this.kysely, userId, after, limit + 1)
+    const rows = await watchlists.readPage(this.db, userId, after, limit + 1)
     const page = rows.slice(0, limit)
     const last = page[page.length - 1]
     return {
