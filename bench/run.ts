@@ -13,6 +13,7 @@ import { startServer, type BenchServer } from './server.ts'
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10)
 const CONNECTIONS = 50
+const READERS = 100
 const json = { 'content-type': 'application/json' }
 const password = 'a benchmark passphrase'
 // The service's own parameters (OWASP), so the comparison is like for like.
@@ -50,16 +51,26 @@ async function engineRun(engine: string, env: Record<string, string>) {
   const limits = { RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000' }
   let server: BenchServer = await startServer({ ...env, ...limits })
   const api = `${server.base}/api/v1`
-  const email = `bench-${engine}-${Date.now()}@example.com`
-  await fetch(`${api}/auth/register`, { method: 'POST', headers: json, body: JSON.stringify({ email, password, full_name: 'Bench' }) })
-  const tokens = (await (await fetch(`${api}/auth/login`, { method: 'POST', headers: json, body: JSON.stringify({ email, password }) })).json()).data
-  const bearer = { authorization: `Bearer ${tokens.access_token}` }
-  await fetch(`${api}/watchlists`, { method: 'POST', headers: { ...json, ...bearer }, body: JSON.stringify({ name: 'Bench', symbols: ['AAPL', 'MSFT'] }) })
+  // The bearer reads rotate through READERS users, each with one watchlist, request by request:
+  // one user's token over and over would let the PostgreSQL read batches (src/db/batch.ts) answer
+  // fifty requests with one index probe, which real traffic would not.
+  const users: { email: string; tokens: { access_token: string; refresh_token: string } }[] = []
+  for (let u = 0; u < READERS; u++) {
+    const email = `bench-${engine}-${Date.now()}-${u}@example.com`
+    await fetch(`${api}/auth/register`, { method: 'POST', headers: json, body: JSON.stringify({ email, password, full_name: 'Bench' }) })
+    const tokens = (await (await fetch(`${api}/auth/login`, { method: 'POST', headers: json, body: JSON.stringify({ email, password }) })).json()).data
+    await fetch(`${api}/watchlists`, { method: 'POST', headers: { ...json, authorization: `Bearer ${tokens.access_token}` }, body: JSON.stringify({ name: 'Bench', symbols: ['AAPL', 'MSFT'] }) })
+    users.push({ email, tokens })
+  }
+  const { email, tokens } = users[0]!
+  let turn = 0
+  const bearerReads = (url: string, connections = CONNECTIONS) =>
+    load({ url, connections, requests: [{ setupRequest: (request) => ({ ...request, headers: { authorization: `Bearer ${users[turn++ % users.length]!.tokens.access_token}` } }) }] })
 
   const baseline = await bare()
   const row: Record<string, number | string> = { engine, bare: baseline }
-  row.watchlists = rps(await load({ url: `${api}/watchlists`, headers: bearer }))
-  row.me = rps(await load({ url: `${api}/auth/me`, headers: bearer }))
+  row.watchlists = rps(await bearerReads(`${api}/watchlists`))
+  row.me = rps(await bearerReads(`${api}/auth/me`))
   row.refresh = rps(await load({ url: `${api}/auth/refresh`, method: 'POST', headers: json, body: JSON.stringify({ refresh_token: tokens.refresh_token }) }))
   row.argon2 = Math.round(await rawArgon2())
   row.login = rps(await load({ url: `${api}/auth/login`, connections: 8, method: 'POST', headers: json, body: JSON.stringify({ email, password }) }))
@@ -71,12 +82,12 @@ async function engineRun(engine: string, env: Record<string, string>) {
   }))
 
   // Bearer reads alone, then during a 500-connection login flood; memory sampled throughout.
-  const idle = await load({ url: `${api}/auth/me`, connections: 10, headers: bearer })
+  const idle = await bearerReads(`${api}/auth/me`, 10)
   row.rss_idle = mb(server.rss())
   let peak = server.rss()
   const sampler = setInterval(() => (peak = Math.max(peak, server.rss())), 50)
   const [during, flood] = await Promise.all([
-    load({ url: `${api}/auth/me`, connections: 10, headers: bearer }),
+    bearerReads(`${api}/auth/me`, 10),
     load({ url: `${api}/auth/login`, connections: 500, method: 'POST', headers: json, body: JSON.stringify({ email, password }) }),
   ])
   clearInterval(sampler)

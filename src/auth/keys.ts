@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto'
+import { createPrivateKey, randomBytes, type JsonWebKey, type KeyObject } from 'node:crypto'
 import { calculateJwkThumbprint, exportJWK, generateKeyPair, importJWK, type JWK } from 'jose'
 import type { Db } from '../db/index.ts'
 import { secrets, signingKeys, type SigningKeyRow } from '../db/repositories.ts'
@@ -20,6 +20,8 @@ interface LoadedKey {
   publicJwk: JWK
   publicKey: CryptoKey
   privateKey: CryptoKey
+  /** The same private key for node:crypto, which signs Ed25519 synchronously (src/auth/tokens.ts). */
+  signer: KeyObject
 }
 
 export interface KeyStoreOptions {
@@ -180,13 +182,15 @@ export class KeyStore {
         continue
       }
       const publicJwk = JSON.parse(row.public_jwk) as JWK
+      const privateJwk = privateJwkOf(row, this.options.sealer)
       next.set(row.kid, {
         kid: row.kid,
         createdAt: row.created_at,
         retiresAt,
         publicJwk,
         publicKey: (await importJWK(publicJwk, SIGNING_ALG)) as CryptoKey,
-        privateKey: (await importJWK(privateJwkOf(row, this.options.sealer), SIGNING_ALG)) as CryptoKey,
+        privateKey: (await importJWK(privateJwk, SIGNING_ALG)) as CryptoKey,
+        signer: createPrivateKey({ key: privateJwk as JsonWebKey, format: 'jwk' }),
       })
     }
     this.keys = next
@@ -194,7 +198,7 @@ export class KeyStore {
     this.lastReload = this.options.clock.now()
   }
 
-  signingKey(): { kid: string; privateKey: CryptoKey } {
+  signingKey(): { kid: string; privateKey: CryptoKey; signer: KeyObject } {
     if (!this.signing) throw new Error('KeyStore used before start()')
     return this.signing
   }

@@ -1,5 +1,5 @@
-import { randomUUID } from 'node:crypto'
-import { compactVerify, SignJWT, type JWSHeaderParameters } from 'jose'
+import { randomUUID, sign as cryptoSign, type KeyObject } from 'node:crypto'
+import { compactVerify, type JWSHeaderParameters } from 'jose'
 import type { Clock } from '../clock.ts'
 import { isUuid } from '../text.ts'
 import { SIGNING_ALG, type KeyStore } from './keys.ts'
@@ -81,6 +81,17 @@ class VerifiedTokens {
   }
 }
 
+/**
+ * A JWS in compact form (RFC 7515 section 7.1) signed with Ed25519 by node:crypto: header and
+ * claims as base64url JSON, then the signature over "header.claims". jose's signing goes through
+ * WebCrypto's asynchronous sign, about 140 us a token here against 50 us for this; verification
+ * stays with jose (compactVerify), which pins the algorithm and checks every claim.
+ */
+function signCompact(header: object, claims: object, key: KeyObject): string {
+  const input = `${Buffer.from(JSON.stringify(header)).toString('base64url')}.${Buffer.from(JSON.stringify(claims)).toString('base64url')}`
+  return `${input}.${cryptoSign(null, Buffer.from(input), key).toString('base64url')}`
+}
+
 export class TokenService {
   private readonly verified: VerifiedTokens
 
@@ -98,16 +109,10 @@ export class TokenService {
 
   private async sign(kind: TokenKind, subject: string, sessionId: string, ttl: number, extra: Record<string, unknown>) {
     const iat = Math.floor(this.options.clock.now() / 1000)
-    const { kid, privateKey } = this.keys.signingKey()
-    const token = await new SignJWT({ sid: sessionId, ...extra })
-      .setProtectedHeader({ alg: SIGNING_ALG, kid, typ: TYP[kind] })
-      .setIssuer(this.options.issuer)
-      .setSubject(subject)
-      .setJti(randomUUID())
-      .setIssuedAt(iat)
-      .setExpirationTime(iat + ttl)
-      .sign(privateKey)
-    return { token, expiresAt: (iat + ttl) * 1000 }
+    const { kid, signer } = this.keys.signingKey()
+    const header = { alg: SIGNING_ALG, kid, typ: TYP[kind] }
+    const claims = { sid: sessionId, ...extra, iss: this.options.issuer, sub: subject, jti: randomUUID(), iat, exp: iat + ttl }
+    return { token: signCompact(header, claims, signer), expiresAt: (iat + ttl) * 1000 }
   }
 
   signAccess(userId: string, sessionId: string) {
