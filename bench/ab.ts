@@ -20,6 +20,8 @@ const seconds = Number(process.env.AB_SECONDS ?? 8)
 if (!process.env.AB_TREES) throw new Error('AB_TREES: the built source trees to compare, comma-separated (see the top of bench/ab.ts)')
 const trees = process.env.AB_TREES.split(',')
 const cases = (process.env.AB_CASES ?? 'refresh').split(',')
+// AB_FLAGS: node flags for each tree, '|'-separated in AB_TREES order (a tree may be listed twice).
+const flagSets = (process.env.AB_FLAGS ?? '').split('|')
 
 /** The process's user + system CPU time in microseconds (Linux /proc; clock ticks of 10 ms). */
 function cpuMicros(pid: number): number {
@@ -27,9 +29,9 @@ function cpuMicros(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) * 10_000
 }
 
-async function run(tree: string, port: number, extraEnv: Record<string, string>) {
+async function run(tree: string, port: number, extraEnv: Record<string, string>, nodeFlags: string[] = []) {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'ab-'))
-  const child = spawn(process.execPath, ['dist/server.js'], { cwd: tree, env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'warn', REQUIRE_EMAIL_VERIFICATION: 'false', KEY_ENCRYPTION_KEY: 'MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=', RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000', ...extraEnv }, stdio: ['ignore', 'ignore', 'inherit'] })
+  const child = spawn(process.execPath, [...nodeFlags, 'dist/server.js'], { cwd: tree, env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'warn', REQUIRE_EMAIL_VERIFICATION: 'false', KEY_ENCRYPTION_KEY: 'MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=', RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000', ...extraEnv }, stdio: ['ignore', 'ignore', 'inherit'] })
   const base = `http://127.0.0.1:${port}/api/v1`
   for (let i = 0; i < 500; i++) { if (await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false)) break; await new Promise((r) => setTimeout(r, 20)) }
   // AB_USERS (1): how many users the bearer cases rotate through, request by request.
@@ -68,5 +70,8 @@ async function run(tree: string, port: number, extraEnv: Record<string, string>)
 
 const extra: Record<string, string> = process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}
 for (let round = 1; round <= Number(process.env.AB_ROUNDS ?? 2); round++) {
-  for (const tree of trees) console.log(`round ${round} ${tree}: ${await run(tree, 4100 + round, extra)}`)
+  for (const [i, tree] of trees.entries()) {
+    const flags = flagSets[i] ? flagSets[i]!.split(' ') : []
+    console.log(`round ${round} ${tree}${flags.length ? ` (${flags.join(' ')})` : ''}: ${await run(tree, 4100 + round, extra, flags)}`)
+  }
 }

@@ -18,6 +18,14 @@ export interface BenchServer {
   stop(options?: { keepData?: boolean }): Promise<void>
 }
 
+/** The node arguments of package.json's start script, so the benchmark runs exactly what `npm start` does. */
+function startArgs(): string[] {
+  const start = (JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: { start: string } }).scripts.start
+  const [command, ...args] = start.split(/\s+/)
+  if (command !== 'node') throw new Error(`bench: the start script does not run node: ${start}`)
+  return args
+}
+
 async function freePort(): Promise<number> {
   return new Promise((resolve) => {
     const probe = createServer().listen(0, '127.0.0.1', () => {
@@ -35,7 +43,7 @@ export async function startServer(env: Record<string, string>, options: { dataDi
   const dataDir = options.dataDir ?? mkdtempSync(path.join(tmpdir(), 'portcullis-bench-'))
   const port = await freePort()
   const began = performance.now()
-  const child = spawn(process.execPath, options.args ?? ['dist/server.js'], {
+  const child = spawn(process.execPath, options.args ?? startArgs(), {
     env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'warn', REQUIRE_EMAIL_VERIFICATION: 'false', ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   })
