@@ -53,6 +53,8 @@ describe('named statements on postgres', () => {
     const user = await registerVerifyLogin(t)
     assert.equal((await t.call('POST', '/watchlists', user.access_token, { name: 'Reuse' })).statusCode, 201)
     assert.equal((await t.get('/watchlists', user.access_token)).json().data.watchlists.length, 1)
+    // Each request once first: /auth/me's batched read is a statement text of its own.
+    assert.equal((await t.get('/auth/me', user.access_token)).json().data.email, user.email)
     const count = named()
     assert.ok(count > 0)
     for (let i = 0; i < 20; i++) {
