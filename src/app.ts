@@ -13,6 +13,7 @@ import { opsRoutes } from './http/ops.ts'
 import { installTransportSecurity, pathOf, setCommonHeaders } from './http/security.ts'
 import { lazySerializers } from './http/serialization.ts'
 import { installValidation } from './http/validation.ts'
+import { HandlersInFlight } from './http/in-flight.ts'
 import { REDACT_PATHS, serializeError } from './logger.ts'
 import { pageRoutes } from './pages/routes.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
@@ -27,6 +28,8 @@ declare module 'fastify' {
 }
 
 const DEFAULT_BODY_LIMIT = 64 * 1024
+/** How long shutdown waits for handlers whose client has gone (a full hashing queue drains in about 1 s). */
+const HANDLER_DEADLINE_MS = 10_000
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/
 
 /** Builds the whole service in-process: no listening and no process.* here (see server.ts). */
@@ -67,7 +70,14 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
 
   const { services, stop } = await startServices(config, overrides, app.log)
   app.decorate('services', services)
-  app.addHook('onClose', stop)
+  // Fastify's own close (listener, open connections) runs before this hook; handlers whose client
+  // has gone are waited for here (src/http/in-flight.ts), then the services stop.
+  const handlers = new HandlersInFlight()
+  handlers.install(app)
+  app.addHook('onClose', async () => {
+    await handlers.idle(HANDLER_DEADLINE_MS)
+    await stop()
+  })
 
   // On shutdown, requests still arriving on open connections get a 503 in the envelope, and
   // connections busy when it began close after their answer instead of lingering for the

@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { after, before, describe, test } from 'node:test'
 import { createArgon2Hasher } from '../../src/auth/passwords.ts'
 import { createStorage, ENGINES } from '../helpers/db.ts'
-import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, within, type TestApp } from '../helpers/app.ts'
 import { TcpProxy } from '../helpers/proxy.ts'
 
 class LogCapture extends Writable {
@@ -288,6 +288,51 @@ describe('database outage on postgres', () => {
     } finally {
       await t.close()
       await proxy.cut().catch(() => {})
+      await storage.drop()
+    }
+  })
+})
+
+describe('shutdown with clients that have gone', () => {
+  test('logins whose clients disconnected while queued for hashing finish before the database closes', async () => {
+    const logs = new LogCapture()
+    const storage = await createStorage('sqlite')
+    const t = await startTestApp('sqlite', { storage, env: { LOG_LEVEL: 'warn', HASH_CONCURRENCY: '1', HASH_QUEUE: '8' }, overrides: { hasher: createArgon2Hasher(), logStream: logs } })
+    let closed = false
+    try {
+      const user = await registerVerifyLogin(t)
+      const sessionsBefore = (await t.app.services.db.kysely.selectFrom('sessions').select('id').where('user_id', '=', user.userId).execute()).length
+      await t.app.listen({ port: 0, host: '127.0.0.1' })
+      const { port } = t.app.server.address() as { port: number }
+      // Four logins queue behind one hashing slot; every client hangs up before its answer.
+      const clients = Array.from({ length: 4 }, () => new AbortController())
+      const sent = clients.map((client) =>
+        fetch(`http://127.0.0.1:${port}${t.base}/auth/login`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ email: user.email, password: PASSWORD }),
+          signal: client.signal,
+        }).catch(() => null),
+      )
+      await within(2000, async () => t.app.services.hasher.waiting() >= 2)
+      for (const client of clients) client.abort()
+      await Promise.all(sent)
+      assert.ok(t.app.services.hasher.waiting() >= 1, 'logins still queued when the close begins')
+      await t.close()
+      closed = true
+      assert.deepEqual(logs.entries().filter((entry) => (entry.level as number) >= 50), [])
+      // Each abandoned login ran to its end: its session and its audit row, or nothing at all.
+      const reopened = await startTestApp('sqlite', { storage })
+      try {
+        const sessions = await reopened.app.services.db.kysely.selectFrom('sessions').select('id').where('user_id', '=', user.userId).execute()
+        const events = await reopened.app.services.db.kysely.selectFrom('audit_events').select('id').where('user_id', '=', user.userId).where('type', '=', 'login.succeeded').execute()
+        assert.equal(sessions.length - sessionsBefore, 4)
+        assert.equal(events.length, sessions.length)
+      } finally {
+        await reopened.close()
+      }
+    } finally {
+      if (!closed) await t.close()
       await storage.drop()
     }
   })
