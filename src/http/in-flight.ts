@@ -16,14 +16,17 @@ export class HandlersInFlight {
     const tracker = this
     app.addHook('onRoute', (route) => {
       const handler = route.handler
-      route.handler = async function (this: FastifyInstance, request, reply) {
+      // A handler that answers through a promise is counted until it settles; one that answers
+      // synchronously or by callback (static files) is passed through exactly as it was, since
+      // Fastify treats the two kinds differently.
+      route.handler = function (this: FastifyInstance, request, reply) {
+        const result: unknown = handler.call(this, request, reply)
+        if (!(result instanceof Promise)) return result
         tracker.running++
-        try {
-          return await handler.call(this, request, reply)
-        } finally {
+        return result.finally(() => {
           tracker.running--
           if (tracker.running === 0) for (const wake of tracker.waiters.splice(0)) wake()
-        }
+        })
       }
     })
   }

@@ -293,6 +293,21 @@ describe('database outage on postgres', () => {
   })
 })
 
+describe('handlers that answer by callback', () => {
+  test('the static files behind /docs answer whole (the shutdown count passes such handlers through untouched)', async () => {
+    const t = await startTestApp('sqlite')
+    try {
+      for (const asset of ['/docs/static/swagger-ui.css', '/docs/static/swagger-ui-bundle.js', '/docs/static/swagger-initializer.js']) {
+        const response = await t.app.inject({ method: 'GET', url: asset })
+        assert.equal(response.statusCode, 200, asset)
+        assert.ok(response.body.length > 100, asset)
+      }
+    } finally {
+      await t.close()
+    }
+  })
+})
+
 describe('shutdown with clients that have gone', () => {
   test('logins whose clients disconnected while queued for hashing finish before the database closes', async () => {
     const logs = new LogCapture()
