@@ -16,7 +16,7 @@ export interface HotQueryOptions<Args> {
   literal?: (keyof Args)[]
 }
 
-/** A bound on the plans one query keeps per database handle (one per distinct literal value). */
+/** A bound on the plans one query keeps per dialect (one per distinct literal value). */
 const PLANS_MAX = 128
 
 /**
