@@ -14,7 +14,7 @@ import { installTransportSecurity, pathOf, setCommonHeaders } from './http/secur
 import { lazySerializers } from './http/serialization.ts'
 import { installValidation } from './http/validation.ts'
 import { HandlersInFlight } from './http/in-flight.ts'
-import { REDACT_PATHS, serializeError } from './logger.ts'
+import { lazyRequestLogger, REDACT_PATHS, serializeError } from './logger.ts'
 import { pageRoutes } from './pages/routes.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
 import { watchlistRoutes } from './watchlists/routes.ts'
@@ -42,6 +42,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       serializers: { err: serializeError as never },
       ...(overrides.logStream ? { stream: overrides.logStream } : {}),
     },
+    // Its per-request child logger is made when the request first writes a line (src/logger.ts).
+    childLoggerFactory: lazyRequestLogger,
     // One line per request is written by the onResponse hook below, not Fastify's two.
     logController: new LogController({ disableRequestLogging: true }),
     // Malformed URLs and similar router-level failures answer with the envelope too.
