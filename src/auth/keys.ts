@@ -19,8 +19,7 @@ interface LoadedKey {
   retiresAt: number | null
   publicJwk: JWK
   publicKey: CryptoKey
-  privateKey: CryptoKey
-  /** The same private key for node:crypto, which signs Ed25519 synchronously (src/auth/tokens.ts). */
+  /** The private key, for node:crypto, which signs Ed25519 synchronously (src/auth/tokens.ts). */
   signer: KeyObject
 }
 
@@ -182,15 +181,13 @@ export class KeyStore {
         continue
       }
       const publicJwk = JSON.parse(row.public_jwk) as JWK
-      const privateJwk = privateJwkOf(row, this.options.sealer)
       next.set(row.kid, {
         kid: row.kid,
         createdAt: row.created_at,
         retiresAt,
         publicJwk,
         publicKey: (await importJWK(publicJwk, SIGNING_ALG)) as CryptoKey,
-        privateKey: (await importJWK(privateJwk, SIGNING_ALG)) as CryptoKey,
-        signer: createPrivateKey({ key: privateJwk as JsonWebKey, format: 'jwk' }),
+        signer: createPrivateKey({ key: privateJwkOf(row, this.options.sealer) as JsonWebKey, format: 'jwk' }),
       })
     }
     this.keys = next
@@ -198,7 +195,7 @@ export class KeyStore {
     this.lastReload = this.options.clock.now()
   }
 
-  signingKey(): { kid: string; privateKey: CryptoKey; signer: KeyObject } {
+  signingKey(): { kid: string; signer: KeyObject } {
     if (!this.signing) throw new Error('KeyStore used before start()')
     return this.signing
   }

@@ -31,9 +31,6 @@ export class HandlersInFlight {
     })
   }
 
-  count(): number {
-    return this.running
-  }
 
   /** Resolves when no handler runs, or after `deadlineMs` whatever is still running. */
   async idle(deadlineMs: number): Promise<void> {

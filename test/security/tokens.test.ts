@@ -28,8 +28,8 @@ for (const engine of ENGINES) {
 
     /** Signed with the service's real key, so only the named defect can cause a refusal. */
     async function signWithServiceKey(payload: JWTPayload, header: Record<string, unknown> = {}) {
-      const { privateKey } = t.app.services.keys.signingKey()
-      return new SignJWT(payload).setProtectedHeader({ alg: 'EdDSA', kid, typ: 'at+jwt', ...header }).sign(privateKey)
+      const { signer } = t.app.services.keys.signingKey()
+      return new SignJWT(payload).setProtectedHeader({ alg: 'EdDSA', kid, typ: 'at+jwt', ...header }).sign(signer)
     }
 
     async function codeFor(token: string): Promise<string> {
