@@ -37,6 +37,12 @@ export interface ErrorDetail {
   message: string
 }
 
+/**
+ * An answer the service gives on purpose (a wrong password, a refusal under load), not a fault, so
+ * it carries no stack trace: the error handler never writes one to a client or the log, and
+ * capturing it was the largest single cost of a 503 in a login flood. Unexpected errors keep theirs
+ * as `cause`.
+ */
 export class AppError extends Error {
   readonly code: ErrorCode
   readonly status: number
@@ -48,7 +54,10 @@ export class AppError extends Error {
     code: ErrorCode,
     options: { message?: string; details?: ErrorDetail[]; cause?: unknown; headers?: Record<string, string> } = {},
   ) {
+    const stackLimit = Error.stackTraceLimit
+    Error.stackTraceLimit = 0
     super(options.message ?? ErrorCodes[code].message, { cause: options.cause })
+    Error.stackTraceLimit = stackLimit
     this.name = 'AppError'
     this.code = code
     this.status = ErrorCodes[code].status
