@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { isDatabaseUnavailable } from './db/index.ts'
+import { yieldThreadsToEventLoop } from './thread-priority.ts'
 
 /** Start-up waits for a database that is not there yet (a container starting beside us), with backoff. */
 async function buildWhenDatabaseIsUp(config: Config): Promise<FastifyInstance> {
@@ -51,6 +52,7 @@ export async function serve(config: Config): Promise<void> {
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
   process.on('SIGINT', () => void shutdown('SIGINT'))
   await app.listen({ port: config.port, host: config.host })
+  app.log.info({ threads: await yieldThreadsToEventLoop() }, 'helper threads (password hashing among them) set to the lowest CPU priority')
 }
 
 const isEntry = process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'))

@@ -34,6 +34,15 @@ describe('server process', () => {
       for (let i = 0; i < 100 && !output.includes('Server listening'); i++) await new Promise((r) => setTimeout(r, 100))
       assert.match(output, /Server listening/)
 
+      // Every thread but the event loop's (libuv's pool, where argon2id runs, and V8's helpers) is
+      // at the lowest CPU priority; the event loop keeps the normal one.
+      for (let i = 0; i < 50 && !output.includes('lowest CPU priority'); i++) await new Promise((r) => setTimeout(r, 100))
+      const nice = (tid: string) => Number(readFileSync(`/proc/${child.pid}/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ')[16])
+      const helpers = readdirSync(`/proc/${child.pid}/task`).filter((tid) => tid !== String(child.pid))
+      assert.equal(nice(String(child.pid)), 0)
+      assert.ok(helpers.length >= 4, 'libuv starts a pool of four threads')
+      assert.deepEqual(helpers.map(nice), helpers.map(() => 19))
+
       const email = 'walk@example.com'
       const password = 'a long and unguessable passphrase'
       assert.equal((await post('/auth/register', { email, password, full_name: 'Walker' })).status, 201)
