@@ -1,8 +1,9 @@
 // Login flood: do bearer-token requests stay fast, and memory bounded, while many connections
 // hammer POST /auth/login at full argon2 cost? GET /auth/me alone, then during the flood. The
-// server runs in its own process (bench/server.ts).
+// server runs in its own process (bench/server.ts), the flood in another (bench/child-load.ts).
 //   npx tsx bench/flood.ts [flood connections, default 64]
 import autocannon from 'autocannon'
+import { loadFromChild } from './child-load.ts'
 import { startServer } from './server.ts'
 
 const floodConnections = Number(process.argv[2] ?? 64)
@@ -21,7 +22,7 @@ let peakRss = rssBefore
 const sampler = setInterval(() => (peakRss = Math.max(peakRss, server.rss())), 50)
 const [during, flood] = await Promise.all([
   me(),
-  autocannon({ url: `${base}/auth/login`, connections: floodConnections, duration: 10, method: 'POST', headers: json, body: JSON.stringify({ email, password }) }),
+  loadFromChild({ url: `${base}/auth/login`, connections: floodConnections, seconds: 10, method: 'POST', headers: json, body: JSON.stringify({ email, password }) }),
 ])
 clearInterval(sampler)
 
