@@ -19,7 +19,7 @@ interface LoadedKey {
   retiresAt: number | null
   publicJwk: JWK
   publicKey: CryptoKey
-  /** The private key, for node:crypto, which signs Ed25519 synchronously (src/auth/tokens.ts). */
+  /** The private key, for node:crypto's Ed25519 signing (src/auth/tokens.ts, signCompact). */
   signer: KeyObject
 }
 

@@ -116,8 +116,8 @@ export function hashingSaturated(): AppError {
 
 /**
  * Caps how many hashes run at once and how many wait. Argon2 runs on libuv's thread pool, which
- * WebCrypto (token verification) and file I/O share; leaving threads free keeps bearer-token
- * requests fast during a login flood. When the queue is full the request is refused at once with
+ * token verification (WebCrypto), token signing and file I/O share; leaving threads free keeps
+ * bearer-token requests and refreshes fast during a login flood. When the queue is full the request is refused at once with
  * 503 and Retry-After instead of waiting without bound, so a flood cannot grow memory either.
  */
 export interface BoundedHasher extends PasswordHasher {

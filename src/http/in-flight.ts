@@ -31,7 +31,6 @@ export class HandlersInFlight {
     })
   }
 
-
   /** Resolves when no handler runs, or after `deadlineMs` whatever is still running. */
   async idle(deadlineMs: number): Promise<void> {
     if (this.running === 0) return
