@@ -28,7 +28,7 @@ declare module 'fastify' {
 }
 
 const DEFAULT_BODY_LIMIT = 64 * 1024
-/** How long shutdown waits for handlers whose client has gone (a full hashing queue drains in about 1 s). */
+/** How long shutdown waits for handlers whose client has gone (a queued hash waits at most HASH_WAIT_SECONDS, 5 s by default). */
 const HANDLER_DEADLINE_MS = 10_000
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/
 

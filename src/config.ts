@@ -39,7 +39,8 @@ const EnvSchema = Type.Object({
   RATE_LIMIT_MAIL_PER_ADDRESS: Type.Integer({ minimum: 1, default: 5 }),
   RATE_LIMIT_API_KEY_FAILURES_PER_IP: Type.Integer({ minimum: 1, default: 10 }),
   HASH_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 64, default: 2 }),
-  HASH_QUEUE: Type.Integer({ minimum: 0, maximum: 100_000, default: 64 }),
+  HASH_QUEUE: Type.Integer({ minimum: 0, maximum: 100_000, default: 512 }),
+  HASH_WAIT_SECONDS: Type.Integer({ minimum: 1, maximum: 60, default: 5 }),
   MAIL_MAX_AGE_HOURS: Type.Integer({ minimum: 1, maximum: 720, default: 24 }),
   MAIL_LEASE_SECONDS: Type.Integer({ minimum: 1, maximum: 3600, default: 120 }),
   KEY_ENCRYPTION_KEY: Type.Optional(Type.String({ minLength: 1 })),
@@ -206,7 +207,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
       mailPerAddressPerHour: env.RATE_LIMIT_MAIL_PER_ADDRESS,
       apiKeyFailuresPerIpPerMinute: env.RATE_LIMIT_API_KEY_FAILURES_PER_IP,
     },
-    hashing: { concurrency: env.HASH_CONCURRENCY, queue: env.HASH_QUEUE },
+    hashing: { concurrency: env.HASH_CONCURRENCY, queue: env.HASH_QUEUE, maxWaitMs: env.HASH_WAIT_SECONDS * 1000 },
     /** The `iss` of every token this service signs. */
     issuer: publicUrl,
     /** The `aud` of access tokens: the API they are meant for (RFC 9068). */

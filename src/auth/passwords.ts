@@ -114,11 +114,23 @@ export function hashingSaturated(): AppError {
   return new AppError('SERVICE_UNAVAILABLE', { headers: { 'retry-after': '1', connection: 'close' } })
 }
 
+export interface HashingLimits {
+  /** Hashes running at once. */
+  concurrency: number
+  /** Hashes waiting for a slot; a request beyond them is refused at once. */
+  queue: number
+  /** The longest a hash waits for a slot; one that has waited longer is refused when its turn comes. */
+  maxWaitMs: number
+}
+
 /**
- * Caps how many hashes run at once and how many wait. Argon2 runs on libuv's thread pool, which
- * token verification (WebCrypto), token signing and file I/O share; leaving threads free keeps
- * bearer-token requests and refreshes fast during a login flood. When the queue is full the request is refused at once with
- * 503 and Retry-After instead of waiting without bound, so a flood cannot grow memory either.
+ * Caps how many hashes run at once, how many wait and for how long. Argon2 runs on libuv's thread
+ * pool, which token signing and file I/O share; leaving threads free keeps bearer-token requests
+ * and refreshes fast during a login flood. A request beyond the queue is refused at once with 503
+ * and Retry-After, and so is one whose turn comes after `maxWaitMs`, so neither memory nor a
+ * client's wait grows without bound. The queue is deep enough to absorb a burst (a refusal costs
+ * the server a new connection from a client that retries, a wait costs it nothing); the wait bound
+ * keeps a login from hanging.
  */
 export interface BoundedHasher extends PasswordHasher {
   waiting(): number
@@ -126,23 +138,37 @@ export interface BoundedHasher extends PasswordHasher {
   saturated(): boolean
 }
 
-export function boundedHasher(inner: PasswordHasher, limits: { concurrency: number; queue: number }): BoundedHasher {
+interface Waiter {
+  since: number
+  start(): void
+  refuse(error: AppError): void
+}
+
+export function boundedHasher(inner: PasswordHasher, limits: HashingLimits, now: () => number = () => performance.now()): BoundedHasher {
   let running = 0
-  const waiting: (() => void)[] = []
+  const waiting: Waiter[] = []
+
+  /** Hands a freed slot to the oldest waiter still within the bound, refusing the ones past it. */
+  function handOver(): void {
+    const oldest = now() - limits.maxWaitMs
+    for (let next = waiting.shift(); next; next = waiting.shift()) {
+      if (next.since >= oldest) return next.start()
+      next.refuse(hashingSaturated())
+    }
+    running--
+  }
 
   async function slot<T>(work: () => Promise<T>): Promise<T> {
     if (running >= limits.concurrency) {
       if (waiting.length >= limits.queue) throw hashingSaturated()
-      await new Promise<void>((resolve) => waiting.push(resolve))
+      await new Promise<void>((start, refuse) => waiting.push({ since: now(), start, refuse }))
     } else {
       running++
     }
     try {
       return await work()
     } finally {
-      const next = waiting.shift()
-      if (next) next()
-      else running--
+      handOver()
     }
   }
 

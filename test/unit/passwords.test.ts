@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { emailProblem, normaliseEmail, normaliseFullName } from '../../src/auth/input.ts'
-import { createArgon2Hasher, OWASP_ARGON2_PARAMS, passwordProblems } from '../../src/auth/passwords.ts'
+import { boundedHasher, createArgon2Hasher, OWASP_ARGON2_PARAMS, passwordProblems, type PasswordHasher } from '../../src/auth/passwords.ts'
+import { AppError } from '../../src/errors.ts'
 
 describe('argon2id hasher', () => {
   test('the default parameters are OWASP\'s m=19456 KiB, t=2, p=1 and appear in the PHC string', async () => {
@@ -24,6 +25,73 @@ describe('argon2id hasher', () => {
 
   test('the dummy verification always fails', async () => {
     assert.equal(await createArgon2Hasher({ memoryCost: 256, timeCost: 1, parallelism: 1 }).verifyDummy('anything at all'), false)
+  })
+})
+
+/** A hasher whose verifications finish when the test says so, in the order they started. */
+function heldHasher() {
+  const held: (() => void)[] = []
+  const inner: PasswordHasher = {
+    hash: async () => 'hash',
+    verify: () => new Promise<boolean>((resolve) => held.push(() => resolve(true))),
+    verifyDummy: async () => false,
+    needsRehash: () => false,
+  }
+  return { inner, started: () => held.length, finishOne: async () => { held.shift()!(); await new Promise((resolve) => setImmediate(resolve)) } }
+}
+
+const refusedForLoad = (error: unknown) => error instanceof AppError && error.code === 'SERVICE_UNAVAILABLE' && error.headers['retry-after'] === '1'
+
+describe('bounded hashing', () => {
+  test('a hash beyond the running and waiting ones is refused at once with 503 and Retry-After', async () => {
+    const held = heldHasher()
+    const hasher = boundedHasher(held.inner, { concurrency: 1, queue: 1, maxWaitMs: 5000 })
+    const first = hasher.verify('h', 'p')
+    const second = hasher.verify('h', 'p')
+    assert.equal(hasher.saturated(), true)
+    await assert.rejects(hasher.verify('h', 'p'), refusedForLoad)
+    assert.equal(held.started(), 1)
+    await held.finishOne()
+    assert.equal(held.started(), 1, 'the waiting hash took the freed slot')
+    await held.finishOne()
+    assert.deepEqual(await Promise.all([first, second]), [true, true])
+    assert.equal(hasher.saturated(), false)
+  })
+
+  test('a hash whose turn comes after the wait bound is refused; the next one within it runs', async () => {
+    let now = 0
+    const held = heldHasher()
+    const hasher = boundedHasher(held.inner, { concurrency: 1, queue: 10, maxWaitMs: 5000 }, () => now)
+    const running = hasher.verify('h', 'p')
+    const stale = hasher.verify('h', 'p')
+    now = 3000
+    const fresh = hasher.verify('h', 'p')
+    now = 5001
+    const staleRefused = assert.rejects(stale, refusedForLoad)
+    await held.finishOne()
+    assert.equal(await running, true)
+    await staleRefused
+    assert.equal(hasher.waiting(), 0)
+    assert.equal(held.started(), 1, 'the hash within the bound started')
+    await held.finishOne()
+    assert.equal(await fresh, true)
+  })
+
+  test('when every waiter is past the bound the slot is given back', async () => {
+    let now = 0
+    const held = heldHasher()
+    const hasher = boundedHasher(held.inner, { concurrency: 1, queue: 10, maxWaitMs: 100 }, () => now)
+    const running = hasher.verify('h', 'p')
+    const stale = hasher.verify('h', 'p')
+    now = 1000
+    const staleRefused = assert.rejects(stale, refusedForLoad)
+    await held.finishOne()
+    await running
+    await staleRefused
+    const next = hasher.verify('h', 'p')
+    assert.equal(held.started(), 1, 'a new hash starts at once')
+    await held.finishOne()
+    assert.equal(await next, true)
   })
 })
 
