@@ -27,10 +27,10 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
     if (cookies.requested(request)) {
       // Logging out always ends with the cookie gone, even when it was already stale or missing.
       cookies.clear(reply)
-      if (token === null) return ok({}, 'Logged out.')
+      if (token === null) return ok({})
     }
     await lifecycle.logout(token!, requestContext(request))
-    return ok({}, 'Logged out.')
+    return ok({})
   })
 
   app.post('/auth/forgot-password', {
@@ -39,7 +39,7 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
     schema: { tags: ['password'], operationId: 'forgotPassword', body: EmailBody, response: { 202: Accepted } },
   }, async (request, reply) => {
     lifecycle.forgotPassword(request.body.email, requestContext(request))
-    return reply.code(202).send(ok({}, 'If the address has an account, a password reset mail is on its way.'))
+    return reply.code(202).send(ok({}))
   })
 
   app.post('/auth/reset-password', {
@@ -48,7 +48,7 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
     schema: { tags: ['password'], operationId: 'resetPassword', body: ResetPasswordBody, response: { 200: PasswordReset } },
   }, async (request) => {
     await lifecycle.resetPassword(request.body.token, request.body.password, requestContext(request))
-    return ok({}, 'Password changed. Every session has been logged out; log in with the new password.')
+    return ok({})
   })
 }
 
@@ -86,7 +86,7 @@ export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecyc
     },
   }, async (request) => {
     const revoked = await lifecycle.changePassword(principalOf(request), request.body.current_password, request.body.new_password, requestContext(request))
-    return ok({ revoked }, 'Password changed. Your other sessions have been logged out.')
+    return ok({ revoked })
   })
 }
 

@@ -53,7 +53,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
     },
   }, async (request, reply) => {
     await auth.resendVerification(request.body.email)
-    return reply.code(202).send(ok({}, 'If the address has an unverified account, a new verification mail is on its way.'))
+    return reply.code(202).send(ok({}))
   })
 
   app.post('/auth/login', {
