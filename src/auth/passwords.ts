@@ -125,12 +125,12 @@ export interface HashingLimits {
 
 /**
  * Caps how many hashes run at once, how many wait and for how long. Argon2 runs on libuv's thread
- * pool, which token signing and file I/O share; leaving threads free keeps bearer-token requests
- * and refreshes fast during a login flood. A request beyond the queue is refused at once with 503
- * and Retry-After, and so is one whose turn comes after `maxWaitMs`, so neither memory nor a
- * client's wait grows without bound. The queue is deep enough to absorb a burst (a refusal costs
- * the server a new connection from a client that retries, a wait costs it nothing); the wait bound
- * keeps a login from hanging.
+ * pool, which token verification (WebCrypto), token signing and file I/O share; leaving threads
+ * free keeps bearer-token requests and refreshes fast during a login flood. A request beyond the
+ * queue is refused at once with 503 and Retry-After, and so is one whose turn comes after
+ * `maxWaitMs`, so neither memory nor a client's wait grows without bound. The queue is deep enough
+ * to absorb a burst (a refusal costs the server a new connection from a client that retries, a
+ * wait costs it nothing); the wait bound keeps a login from hanging.
  */
 export interface BoundedHasher extends PasswordHasher {
   waiting(): number
