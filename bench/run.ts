@@ -1,6 +1,7 @@
 // npm run bench: the built service against a bare Fastify baseline, both as processes of their
 // own, on SQLite and on PostgreSQL, in one run; prints one Markdown table of numbers and ratios
-// with issue 10's targets. BENCH_SECONDS (default 10) sets each case's length.
+// with issue 10's targets. BENCH_SECONDS (default 10) sets each case's length, BENCH_PAIRS (default 3)
+// how many (bare, case) pairs each share of bare Fastify is the median of.
 // PostgreSQL: DATABASE_URL, or a throwaway cluster started here (scripts/pg-throwaway.sh).
 import { spawnSync } from 'node:child_process'
 import { mkdtempSync } from 'node:fs'
@@ -13,6 +14,9 @@ import { loadFromChild } from './child-load.ts'
 import { startServer, type BenchServer } from './server.ts'
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10)
+// Each share of bare Fastify is measured as this many (bare, case) pairs; the table gives the pair
+// with the median share and the range of the shares.
+const PAIRS = Number(process.env.BENCH_PAIRS ?? 3)
 const CONNECTIONS = 50
 const READERS = 100
 const json = { 'content-type': 'application/json' }
@@ -28,6 +32,7 @@ const load = (options: autocannon.Options): Promise<Result> => autocannon({ dura
 const WARMUP = Number(process.env.BENCH_WARMUP_SECONDS ?? 3)
 const warm = (options: autocannon.Options): Promise<Result> => autocannon({ connections: CONNECTIONS, ...options, duration: WARMUP })
 const rps = (result: Result) => Math.round(result.requests.average)
+const percent = (share: number) => `${(share * 100).toFixed(1)}%`
 const mb = (bytes: number) => Math.round(bytes / 1024 / 1024)
 
 /** Raw argon2id verifies per second at the service's parameters and concurrency (HASH_CONCURRENCY=2). */
@@ -58,6 +63,24 @@ async function bareBaseline() {
   }
 }
 
+interface Share {
+  bare: number
+  rps: number
+  share: number
+}
+
+/** PAIRS times a bare run and then the case: the median pair by share, and the lowest and highest share. */
+async function shareOfBare(bare: { measure(): Promise<number> }, measureCase: () => Promise<number>) {
+  const pairs: Share[] = []
+  for (let i = 0; i < PAIRS; i++) {
+    const bareRps = await bare.measure()
+    const caseRps = await measureCase()
+    pairs.push({ bare: bareRps, rps: caseRps, share: caseRps / bareRps })
+  }
+  pairs.sort((a, b) => a.share - b.share)
+  return { median: pairs[Math.floor(pairs.length / 2)]!, low: pairs[0]!.share, high: pairs[pairs.length - 1]!.share }
+}
+
 async function engineRun(engine: string, env: Record<string, string>) {
   const limits = { RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000' }
   let server: BenchServer = await startServer({ ...env, ...limits })
@@ -80,14 +103,16 @@ async function engineRun(engine: string, env: Record<string, string>) {
 
   const bare = await bareBaseline()
   const row: Record<string, number | string> = { engine }
+  const shares: Record<string, Awaited<ReturnType<typeof shareOfBare>>> = {}
   try {
     await warm({ url: `${api}/watchlists`, headers: { authorization: `Bearer ${tokens.access_token}` } })
-    row.bare_watchlists = await bare.measure()
-    row.watchlists = rps(await bearerReads(`${api}/watchlists`))
-    row.bare_me = await bare.measure()
-    row.me = rps(await bearerReads(`${api}/auth/me`))
-    row.bare_refresh = await bare.measure()
-    row.refresh = rps(await load({ url: `${api}/auth/refresh`, method: 'POST', headers: json, body: JSON.stringify({ refresh_token: tokens.refresh_token }) }))
+    shares.watchlists = await shareOfBare(bare, async () => rps(await bearerReads(`${api}/watchlists`)))
+    shares.me = await shareOfBare(bare, async () => rps(await bearerReads(`${api}/auth/me`)))
+    shares.refresh = await shareOfBare(bare, async () => rps(await load({ url: `${api}/auth/refresh`, method: 'POST', headers: json, body: JSON.stringify({ refresh_token: tokens.refresh_token }) })))
+    for (const [name, { median, low, high }] of Object.entries(shares)) {
+      row[`bare_${name}`] = median.bare
+      row[name] = `${median.rps} (${percent(median.share)}; ${percent(low)}-${percent(high)})`
+    }
   } finally {
     await bare.stop()
   }
@@ -142,10 +167,10 @@ try {
   const lines = [
     `| measure | ${rows.map((r) => r.engine).join(' | ')} | target |`,
     `|---|${rows.map(() => '---').join('|')}|---|`,
-    `| bare Fastify GET / (req/s, ${CONNECTIONS} conns), just before each of the next three | ${rows.map((r) => `${r.bare_watchlists}, ${r.bare_me}, ${r.bare_refresh}`).join(' | ')} | baseline |`,
-    `| GET /watchlists (req/s, share of the bare run before it) | ${rows.map((r) => `${r.watchlists} (${pct(r.watchlists, r.bare_watchlists)})`).join(' | ')} | >= 40% sqlite, >= 25% postgres |`,
-    `| GET /auth/me (req/s, share of the bare run before it) | ${rows.map((r) => `${r.me} (${pct(r.me, r.bare_me)})`).join(' | ')} | >= 40% sqlite, >= 25% postgres |`,
-    `| POST /auth/refresh (req/s, share of the bare run before it) | ${rows.map((r) => `${r.refresh} (${pct(r.refresh, r.bare_refresh)})`).join(' | ')} | >= 15% sqlite |`,
+    `| bare Fastify GET / (req/s, ${CONNECTIONS} conns), in the median pair of each of the next three | ${rows.map((r) => `${r.bare_watchlists}, ${r.bare_me}, ${r.bare_refresh}`).join(' | ')} | baseline |`,
+    `| GET /watchlists (req/s, share of the bare run before it; range over ${PAIRS} pairs) | ${rows.map((r) => r.watchlists).join(' | ')} | >= 40% sqlite, >= 25% postgres |`,
+    `| GET /auth/me (req/s, share of the bare run before it; range over ${PAIRS} pairs) | ${rows.map((r) => r.me).join(' | ')} | >= 40% sqlite, >= 25% postgres |`,
+    `| POST /auth/refresh (req/s, share of the bare run before it; range over ${PAIRS} pairs) | ${rows.map((r) => r.refresh).join(' | ')} | >= 15% sqlite |`,
     `| raw argon2id verify, 2 at a time (per s) | ${rows.map((r) => r.argon2).join(' | ')} | baseline |`,
     `| POST /auth/login, 8 conns (req/s, share of raw argon2) | ${rows.map((r) => `${r.login} (${pct(r.login, r.argon2)})`).join(' | ')} | >= 90% |`,
     `| POST /auth/register, 8 conns (req/s) | ${rows.map((r) => r.register).join(' | ')} | |`,
