@@ -40,6 +40,14 @@ function heldHasher() {
   return { inner, started: () => held.length, finishOne: async () => { held.shift()!(); await new Promise((resolve) => setImmediate(resolve)) } }
 }
 
+/** One hashing slot over a held hasher, on a clock the test sets. */
+function oneSlotOnClock(maxWaitMs: number) {
+  const clock = { now: 0 }
+  const held = heldHasher()
+  const hasher = boundedHasher(held.inner, { concurrency: 1, queue: 10, maxWaitMs }, () => clock.now)
+  return { clock, held, hasher }
+}
+
 const refusedForLoad = (error: unknown) => error instanceof AppError && error.code === 'SERVICE_UNAVAILABLE' && error.headers['retry-after'] === '1'
 
 describe('bounded hashing', () => {
@@ -59,14 +67,12 @@ describe('bounded hashing', () => {
   })
 
   test('a hash whose turn comes after the wait bound is refused; the next one within it runs', async () => {
-    let now = 0
-    const held = heldHasher()
-    const hasher = boundedHasher(held.inner, { concurrency: 1, queue: 10, maxWaitMs: 5000 }, () => now)
+    const { clock, held, hasher } = oneSlotOnClock(5000)
     const running = hasher.verify('h', 'p')
     const stale = hasher.verify('h', 'p')
-    now = 3000
+    clock.now = 3000
     const fresh = hasher.verify('h', 'p')
-    now = 5001
+    clock.now = 5001
     const staleRefused = assert.rejects(stale, refusedForLoad)
     await held.finishOne()
     assert.equal(await running, true)
@@ -78,12 +84,10 @@ describe('bounded hashing', () => {
   })
 
   test('when every waiter is past the bound the slot is given back', async () => {
-    let now = 0
-    const held = heldHasher()
-    const hasher = boundedHasher(held.inner, { concurrency: 1, queue: 10, maxWaitMs: 100 }, () => now)
+    const { clock, held, hasher } = oneSlotOnClock(100)
     const running = hasher.verify('h', 'p')
     const stale = hasher.verify('h', 'p')
-    now = 1000
+    clock.now = 1000
     const staleRefused = assert.rejects(stale, refusedForLoad)
     await held.finishOne()
     await running
