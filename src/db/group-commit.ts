@@ -34,11 +34,7 @@ export class GroupCommit {
       // Started on the next turn of the event loop, so writes handed in by other requests handled
       // in this turn join the group (on SQLite a transaction otherwise runs start to finish before
       // any other request gets a look in).
-      this.draining ??= new Promise<void>((next) => setImmediate(next))
-        .then(() => this.drain())
-        .finally(() => {
-          this.draining = undefined
-        })
+      this.draining ??= new Promise<void>((next) => setImmediate(next)).then(() => this.drain())
     })
   }
 
@@ -48,7 +44,14 @@ export class GroupCommit {
   }
 
   private async drain(): Promise<void> {
-    while (this.waiting.length > 0) {
+    for (;;) {
+      // Finding nothing left and letting the next run() start a drain happen in one step: a write
+      // handed in by a caller just acknowledged (its continuation runs before this drain's promise
+      // settles) must not join a drain that has already finished.
+      if (this.waiting.length === 0) {
+        this.draining = undefined
+        return
+      }
       const group = this.waiting.splice(0, this.maxGroup)
       try {
         await this.db.kysely.transaction().execute(async (trx) => {

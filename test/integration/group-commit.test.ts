@@ -37,6 +37,22 @@ for (const engine of ENGINES) {
       console.log(`${engine}: 40 concurrent refreshes in ${groups} commits`)
     })
 
+    test('a write handed in the moment the previous one is acknowledged is committed too', async () => {
+      const commits = new GroupCommit(t.app.services.db)
+      const names = Array.from({ length: 3 }, (_, i) => `back-to-back-${i}-${Date.now()}`)
+      const insert = (name: string) => (trx: typeof t.app.services.db.kysely) => trx.insertInto('secrets').values({ name, value: 'x', created_at: 1 }).execute()
+      // One after another in one async flow: each run() comes while the drain that acknowledged
+      // the previous write is still finishing. A write left waiting would never settle.
+      const inTurn = (async () => {
+        for (const name of names) await commits.run(insert(name))
+        return 'committed'
+      })()
+      const stuck = new Promise((resolve) => setTimeout(() => resolve('still waiting after 2 s'), 2000).unref())
+      assert.equal(await Promise.race([inTurn, stuck]), 'committed')
+      const stored = await t.app.services.db.kysely.selectFrom('secrets').select('name').where('name', 'in', names).execute()
+      assert.equal(stored.length, 3)
+    })
+
     test('a write that fails does not sink the others of its group; it alone is refused', async () => {
       const commits = new GroupCommit(t.app.services.db)
       const names = ['group-a', 'group-b', 'group-c'].map((n) => `${n}-${Date.now()}`)
