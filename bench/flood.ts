@@ -7,7 +7,9 @@ import { loadFromChild } from './child-load.ts'
 import { startServer } from './server.ts'
 
 const floodConnections = Number(process.argv[2] ?? 64)
-const server = await startServer({ RATE_LIMIT_LOGIN_PER_IP: '100000000', LOGIN_FREE_FAILURES: '100', ...(process.env.HASH_CONCURRENCY ? { HASH_CONCURRENCY: process.env.HASH_CONCURRENCY } : {}), ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}) })
+// The hashing limits and the database may be set from the environment, to compare settings.
+const passed = Object.fromEntries(['HASH_CONCURRENCY', 'HASH_QUEUE', 'HASH_WAIT_SECONDS', 'DATABASE_URL'].flatMap((name) => (process.env[name] ? [[name, process.env[name]!]] : [])))
+const server = await startServer({ RATE_LIMIT_LOGIN_PER_IP: '100000000', LOGIN_FREE_FAILURES: '100', ...passed })
 const base = `${server.base}/api/v1`
 const json = { 'content-type': 'application/json' }
 const email = `flood-${Date.now()}@example.com`
@@ -31,7 +33,7 @@ console.log(JSON.stringify({
   engine: process.env.DATABASE_URL ? 'postgres' : 'sqlite',
   me_alone: { rps: Math.round(alone.requests.average), p50_ms: alone.latency.p50, p99_ms: alone.latency.p99, non2xx: alone.non2xx },
   me_during_flood: { rps: Math.round(during.requests.average), p50_ms: during.latency.p50, p99_ms: during.latency.p99, non2xx: during.non2xx },
-  hash_concurrency: process.env.HASH_CONCURRENCY ?? 'default',
+  hashing: { concurrency: process.env.HASH_CONCURRENCY ?? 'default', queue: process.env.HASH_QUEUE ?? 'default' },
   login_flood: { connections: floodConnections, total: flood.requests.total, status_2xx: flood['2xx'], status_503: flood.non2xx, ok_per_s: Math.round(flood['2xx'] / 10) },
   server_rss_mb: { before_flood: mb(rssBefore), peak_during_flood: mb(peakRss) },
 }))

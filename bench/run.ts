@@ -103,16 +103,16 @@ async function engineRun(engine: string, env: Record<string, string>) {
 
   const bare = await bareBaseline()
   const row: Record<string, number | string> = { engine }
-  const shares: Record<string, Awaited<ReturnType<typeof shareOfBare>>> = {}
+  const share = async (name: string, measureCase: () => Promise<number>) => {
+    const { median, low, high } = await shareOfBare(bare, measureCase)
+    row[`bare_${name}`] = median.bare
+    row[name] = `${median.rps} (${percent(median.share)}; ${percent(low)}-${percent(high)})`
+  }
   try {
     await warm({ url: `${api}/watchlists`, headers: { authorization: `Bearer ${tokens.access_token}` } })
-    shares.watchlists = await shareOfBare(bare, async () => rps(await bearerReads(`${api}/watchlists`)))
-    shares.me = await shareOfBare(bare, async () => rps(await bearerReads(`${api}/auth/me`)))
-    shares.refresh = await shareOfBare(bare, async () => rps(await load({ url: `${api}/auth/refresh`, method: 'POST', headers: json, body: JSON.stringify({ refresh_token: tokens.refresh_token }) })))
-    for (const [name, { median, low, high }] of Object.entries(shares)) {
-      row[`bare_${name}`] = median.bare
-      row[name] = `${median.rps} (${percent(median.share)}; ${percent(low)}-${percent(high)})`
-    }
+    await share('watchlists', async () => rps(await bearerReads(`${api}/watchlists`)))
+    await share('me', async () => rps(await bearerReads(`${api}/auth/me`)))
+    await share('refresh', async () => rps(await load({ url: `${api}/auth/refresh`, method: 'POST', headers: json, body: JSON.stringify({ refresh_token: tokens.refresh_token }) })))
   } finally {
     await bare.stop()
   }
@@ -163,7 +163,7 @@ if (!databaseUrl) {
 }
 try {
   const rows = [await engineRun('sqlite', {}), await engineRun('postgres', { DATABASE_URL: databaseUrl! })]
-  const pct = (value: unknown, of: unknown) => `${((Number(value) / Number(of)) * 100).toFixed(1)}%`
+  const pct = (value: unknown, of: unknown) => percent(Number(value) / Number(of))
   const lines = [
     `| measure | ${rows.map((r) => r.engine).join(' | ')} | target |`,
     `|---|${rows.map(() => '---').join('|')}|---|`,
