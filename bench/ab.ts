@@ -5,7 +5,9 @@
 //   git worktree add /tmp/before <commit> && ln -s "$PWD/node_modules" /tmp/before/node_modules
 //   (cd /tmp/before && npm run build) && npm run build
 //   AB_TREES=/tmp/before,$PWD AB_CASES=refresh,me,watchlists,login npx tsx bench/ab.ts
-// Server CPU per request (from /proc) is the steadier measure when the machine is noisy.
+// Server CPU per request (from /proc) is the steadier measure when the machine is noisy. Run it
+// both ways round (AB_TREES=a,b then b,a): on the 2-core machine the tree that goes first in a
+// round came out ahead by as much as 25% (bench/RESULTS.md, fifth session).
 // AB_ROUNDS (2), AB_SECONDS (8); DATABASE_URL for PostgreSQL (both trees share it, hence the one
 // fixed KEY_ENCRYPTION_KEY below: benchmark data only).
 import { spawn } from 'node:child_process'

@@ -39,6 +39,13 @@ export function openDatabase(options: DbOptions): Db {
   return openSqlite(options.dataDir)
 }
 
+/**
+ * SQLite's page cache, in KiB: SQLite's own default. better-sqlite3 builds SQLite with 16 MB, which
+ * a busy server fills within a minute of writes and then keeps for its whole life; the pages it
+ * would hold beyond these 2 MB are in the operating system's file cache anyway, a system call away.
+ */
+const SQLITE_CACHE_KIB = 2000
+
 function openSqlite(dataDir: string): Db {
   mkdirSync(dataDir, { recursive: true })
   const file = path.join(dataDir, 'portcullis.db')
@@ -49,6 +56,7 @@ function openSqlite(dataDir: string): Db {
   sqlite.pragma('foreign_keys = ON')
   // A CLI command and the server may share the file; wait for the other writer instead of failing.
   sqlite.pragma('busy_timeout = 5000')
+  sqlite.pragma(`cache_size = ${-SQLITE_CACHE_KIB}`)
   const statements = reusedStatements(sqlite)
   const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: statements }) })
   return {
