@@ -52,7 +52,7 @@ export async function serve(config: Config): Promise<void> {
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
   process.on('SIGINT', () => void shutdown('SIGINT'))
   await app.listen({ port: config.port, host: config.host })
-  app.log.info({ threads: await yieldThreadsToEventLoop() }, 'helper threads (password hashing among them) set to the lowest CPU priority')
+  app.log.info(await yieldThreadsToEventLoop(), 'helper threads (password hashing among them) set to the lowest CPU priority')
 }
 
 const isEntry = process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'))

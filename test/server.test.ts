@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { getPriority, tmpdir } from 'node:os'
 import path from 'node:path'
@@ -35,13 +35,22 @@ describe('server process', () => {
       assert.match(output, /Server listening/)
 
       // Every thread but the event loop's (libuv's pool, where argon2id runs, and V8's helpers) is
-      // at the lowest CPU priority; the event loop keeps the one it started with (this test's own).
+      // at the lowest CPU priority: nice 19, and SCHED_IDLE where util-linux's chrt is installed
+      // (Debian always has it). The event loop keeps what it started with (this test's own).
       for (let i = 0; i < 50 && !output.includes('lowest CPU priority'); i++) await new Promise((r) => setTimeout(r, 100))
-      const nice = (tid: string) => Number(readFileSync(`/proc/${child.pid}/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ')[16])
+      // Fields 19 (nice) and 41 (scheduling policy) of /proc/<pid>/task/<tid>/stat.
+      const field = (tid: string, n: number) => Number(readFileSync(`/proc/${child.pid}/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ')[n - 3])
+      const SCHED_OTHER = 0
+      const SCHED_IDLE = 5
       const helpers = readdirSync(`/proc/${child.pid}/task`).filter((tid) => tid !== String(child.pid))
-      assert.equal(nice(String(child.pid)), getPriority())
+      assert.equal(field(String(child.pid), 19), getPriority())
+      assert.equal(field(String(child.pid), 41), SCHED_OTHER)
       assert.ok(helpers.length >= 4, 'libuv starts a pool of four threads')
-      assert.deepEqual(helpers.map(nice), helpers.map(() => 19))
+      assert.deepEqual(helpers.map((tid) => field(tid, 19)), helpers.map(() => 19))
+      const chrtInstalled = spawnSync('chrt', ['--version']).status === 0
+      const policy = chrtInstalled ? SCHED_IDLE : SCHED_OTHER
+      assert.deepEqual(helpers.map((tid) => field(tid, 41)), helpers.map(() => policy))
+      assert.match(output, new RegExp(`"policy":"${chrtInstalled ? 'idle' : 'nice 19'}"`))
 
       const email = 'walk@example.com'
       const password = 'a long and unguessable passphrase'
