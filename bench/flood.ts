@@ -2,8 +2,8 @@
 // hammer POST /auth/login at full argon2 cost? GET /auth/me alone, then during the flood. The
 // server runs in its own process (bench/server.ts), the flood in another (bench/child-load.ts).
 //   npx tsx bench/flood.ts [flood connections, default 64]
-import autocannon from 'autocannon'
 import { loadFromChild } from './child-load.ts'
+import { timedLoad } from './latency.ts'
 import { startServer } from './server.ts'
 
 const floodConnections = Number(process.argv[2] ?? 64)
@@ -17,7 +17,7 @@ const password = 'a flood benchmark passphrase'
 await fetch(`${base}/auth/register`, { method: 'POST', headers: json, body: JSON.stringify({ email, password, full_name: 'Flood' }) })
 const token = (await (await fetch(`${base}/auth/login`, { method: 'POST', headers: json, body: JSON.stringify({ email, password }) })).json()).data.access_token
 
-const me = () => autocannon({ url: `${base}/auth/me`, connections: 8, duration: 10, headers: { authorization: `Bearer ${token}` } })
+const me = () => timedLoad({ url: `${base}/auth/me`, connections: 8, duration: 10, headers: { authorization: `Bearer ${token}` } })
 const alone = await me()
 const rssBefore = server.rss()
 let peakRss = rssBefore
@@ -31,8 +31,9 @@ clearInterval(sampler)
 const mb = (bytes: number) => +(bytes / 1024 / 1024).toFixed(1)
 console.log(JSON.stringify({
   engine: process.env.DATABASE_URL ? 'postgres' : 'sqlite',
-  me_alone: { rps: Math.round(alone.requests.average), p50_ms: alone.latency.p50, p99_ms: alone.latency.p99, non2xx: alone.non2xx },
-  me_during_flood: { rps: Math.round(during.requests.average), p50_ms: during.latency.p50, p99_ms: during.latency.p99, non2xx: during.non2xx },
+  // p50/p99 from each response's own time (bench/latency.ts); autocannon's whole-ms p99 beside them.
+  me_alone: { rps: Math.round(alone.result.requests.average), p50_ms: +alone.percentile(50).toFixed(2), p99_ms: +alone.percentile(99).toFixed(2), p99_whole_ms: alone.result.latency.p99, non2xx: alone.result.non2xx },
+  me_during_flood: { rps: Math.round(during.result.requests.average), p50_ms: +during.percentile(50).toFixed(2), p99_ms: +during.percentile(99).toFixed(2), p99_whole_ms: during.result.latency.p99, non2xx: during.result.non2xx },
   hashing: { concurrency: process.env.HASH_CONCURRENCY ?? 'default', queue: process.env.HASH_QUEUE ?? 'default' },
   login_flood: { connections: floodConnections, total: flood.requests.total, status_2xx: flood['2xx'], status_503: flood.non2xx, ok_per_s: Math.round(flood['2xx'] / 10) },
   server_rss_mb: { before_flood: mb(rssBefore), peak_during_flood: mb(peakRss) },
