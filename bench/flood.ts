@@ -2,8 +2,9 @@
 // hammer POST /auth/login at full argon2 cost? GET /auth/me alone, then during the flood. The
 // server runs in its own process (bench/server.ts), the flood in another (bench/child-load.ts).
 //   npx tsx bench/flood.ts [flood connections, default 64]
+// BENCH_SERVER=<another tree>/dist/server.js runs that build instead, for an A/B (bench/server.ts).
 import { loadFromChild } from './child-load.ts'
-import { timedLoad } from './latency.ts'
+import { timedLoad, type TimedLoad } from './latency.ts'
 import { startServer } from './server.ts'
 
 const floodConnections = Number(process.argv[2] ?? 64)
@@ -18,7 +19,9 @@ await fetch(`${base}/auth/register`, { method: 'POST', headers: json, body: JSON
 const token = (await (await fetch(`${base}/auth/login`, { method: 'POST', headers: json, body: JSON.stringify({ email, password }) })).json()).data.access_token
 
 const me = () => timedLoad({ url: `${base}/auth/me`, connections: 8, duration: 10, headers: { authorization: `Bearer ${token}` } })
+const waitedBefore = server.eventLoopWaitMs()
 const alone = await me()
+const waitedAlone = server.eventLoopWaitMs() - waitedBefore
 const rssBefore = server.rss()
 let peakRss = rssBefore
 const sampler = setInterval(() => (peakRss = Math.max(peakRss, server.rss())), 50)
@@ -27,13 +30,23 @@ const [during, flood] = await Promise.all([
   loadFromChild({ url: `${base}/auth/login`, connections: floodConnections, seconds: 10, method: 'POST', headers: json, body: JSON.stringify({ email, password }) }),
 ])
 clearInterval(sampler)
+const waitedDuring = server.eventLoopWaitMs() - waitedBefore - waitedAlone
 
 const mb = (bytes: number) => +(bytes / 1024 / 1024).toFixed(1)
+// p50/p99 from each response's own time (bench/latency.ts), autocannon's whole-ms p99 beside them;
+// and how long the server's event loop waited for a core meanwhile (the helper threads' priority).
+const reads = (load: TimedLoad, waitedMs: number) => ({
+  rps: Math.round(load.result.requests.average),
+  p50_ms: +load.percentile(50).toFixed(2),
+  p99_ms: +load.percentile(99).toFixed(2),
+  p99_whole_ms: load.result.latency.p99,
+  non2xx: load.result.non2xx,
+  event_loop_waiting_ms: Math.round(waitedMs),
+})
 console.log(JSON.stringify({
   engine: process.env.DATABASE_URL ? 'postgres' : 'sqlite',
-  // p50/p99 from each response's own time (bench/latency.ts); autocannon's whole-ms p99 beside them.
-  me_alone: { rps: Math.round(alone.result.requests.average), p50_ms: +alone.percentile(50).toFixed(2), p99_ms: +alone.percentile(99).toFixed(2), p99_whole_ms: alone.result.latency.p99, non2xx: alone.result.non2xx },
-  me_during_flood: { rps: Math.round(during.result.requests.average), p50_ms: +during.percentile(50).toFixed(2), p99_ms: +during.percentile(99).toFixed(2), p99_whole_ms: during.result.latency.p99, non2xx: during.result.non2xx },
+  me_alone: reads(alone, waitedAlone),
+  me_during_flood: reads(during, waitedDuring),
   hashing: { concurrency: process.env.HASH_CONCURRENCY ?? 'default', queue: process.env.HASH_QUEUE ?? 'default' },
   login_flood: { connections: floodConnections, total: flood.requests.total, status_2xx: flood['2xx'], status_503: flood.non2xx, ok_per_s: Math.round(flood['2xx'] / 10) },
   server_rss_mb: { before_flood: mb(rssBefore), peak_during_flood: mb(peakRss) },

@@ -1,4 +1,4 @@
-// Latency percentiles to the microsecond. autocannon times every response with hrtime, in
+// Latency percentiles from each response's own time. autocannon times every response with hrtime, in
 // fractional milliseconds, but its latency histogram counts whole milliseconds: a p99 of 1.0 ms
 // and one of 1.9 ms both read 1, and the ratio of two such readings can be off by almost 2x,
 // which is the size of the flood target itself. This keeps each 2xx response's own time (the

@@ -14,16 +14,23 @@ export interface BenchServer {
   readyMs: number
   /** Resident memory of the server process, in bytes. */
   rss(): number
+  /** How long the server's event loop has been runnable but without a core, in ms, since it started (Linux schedstat). */
+  eventLoopWaitMs(): number
   /** Stops it (SIGTERM, so the drain runs) and removes its data unless asked to keep it. */
   stop(options?: { keepData?: boolean }): Promise<void>
 }
 
-/** The node arguments of package.json's start script, so the benchmark runs exactly what `npm start` does. */
+/**
+ * The node arguments of package.json's start script, so the benchmark runs exactly what `npm start`
+ * does; BENCH_SERVER names another build to run in place of dist/server.js (another tree's, for an
+ * A/B of a case bench/ab.ts does not cover, such as the flood).
+ */
 function startArgs(): string[] {
   const start = (JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: { start: string } }).scripts.start
   const [command, ...args] = start.split(/\s+/)
   if (command !== 'node') throw new Error(`bench: the start script does not run node: ${start}`)
-  return args
+  const server = process.env.BENCH_SERVER
+  return server ? args.map((arg) => (arg === 'dist/server.js' ? server : arg)) : args
 }
 
 async function freePort(): Promise<number> {
@@ -59,6 +66,8 @@ export async function startServer(env: Record<string, string>, options: { dataDi
     dataDir,
     readyMs,
     rss: () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))?.[1] ?? 0) * 1024,
+    // schedstat: time on a core, time waiting for one (ns), timeslices.
+    eventLoopWaitMs: () => Number(readFileSync(`/proc/${child.pid}/task/${child.pid}/schedstat`, 'utf8').split(' ')[1]) / 1e6,
     async stop(stopOptions = {}) {
       child.kill('SIGTERM')
       await new Promise((resolve) => child.once('exit', resolve))

@@ -9,7 +9,7 @@ const LOWEST = 19
 export interface YieldedThreads {
   /** How many threads were lowered. */
   threads: number
-  /** `idle` when they run under SCHED_IDLE, `nice 19` when util-linux's chrt was not there to set it. */
+  /** `idle` when every one runs under SCHED_IDLE; `nice 19` when util-linux's chrt was not there or did not set it for all of them. */
   policy: 'idle' | 'nice 19' | 'none'
 }
 
