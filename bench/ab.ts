@@ -33,7 +33,7 @@ function cpuMicros(pid: number): number {
 
 async function run(tree: string, port: number, extraEnv: Record<string, string>, nodeFlags: string[] = []) {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'ab-'))
-  const child = spawn(process.execPath, [...nodeFlags, 'dist/server.js'], { cwd: tree, env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'warn', REQUIRE_EMAIL_VERIFICATION: 'false', KEY_ENCRYPTION_KEY: 'MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=', RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000', ...extraEnv }, stdio: ['ignore', 'ignore', 'inherit'] })
+  const child = spawn(process.execPath, [...nodeFlags, 'dist/server.js'], { cwd: tree, env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), REQUIRE_EMAIL_VERIFICATION: 'false', KEY_ENCRYPTION_KEY: 'MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=', RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000', ...extraEnv }, stdio: ['ignore', 'ignore', 'inherit'] })
   const base = `http://127.0.0.1:${port}/api/v1`
   for (let i = 0; i < 500; i++) { if (await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false)) break; await new Promise((r) => setTimeout(r, 20)) }
   // AB_USERS (1): how many users the bearer cases rotate through, request by request.

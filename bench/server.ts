@@ -44,14 +44,18 @@ async function freePort(): Promise<number> {
 
 /**
  * The built service (dist/server.js, as `npm start` runs it; npm ci or npm run build makes it),
- * or another script given as node arguments, as a process of its own.
+ * or another script given as node arguments, as a process of its own. Its configuration is
+ * npm start's but for its own data directory and port, REQUIRE_EMAIL_VERIFICATION=false (its
+ * users log in without a mail) and what `env` sets: the log level
+ * is the default (info, a line per request), and the log goes to /dev/null, the cheapest sink
+ * there is (a pipe to a collector costs more).
  */
 export async function startServer(env: Record<string, string>, options: { dataDir?: string; args?: string[] } = {}): Promise<BenchServer> {
   const dataDir = options.dataDir ?? mkdtempSync(path.join(tmpdir(), 'portcullis-bench-'))
   const port = await freePort()
   const began = performance.now()
   const child = spawn(process.execPath, options.args ?? startArgs(), {
-    env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'warn', REQUIRE_EMAIL_VERIFICATION: 'false', ...env },
+    env: { ...process.env, DATA_DIR: dataDir, PORT: String(port), REQUIRE_EMAIL_VERIFICATION: 'false', ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   })
   const base = `http://127.0.0.1:${port}`

@@ -14,7 +14,7 @@ import { installTransportSecurity, pathOf, setCommonHeaders } from './http/secur
 import { lazySerializers } from './http/serialization.ts'
 import { installValidation } from './http/validation.ts'
 import { HandlersInFlight } from './http/in-flight.ts'
-import { lazyRequestLogger, REDACT_PATHS, serializeError } from './logger.ts'
+import { lazyRequestLogger, logDestination, REDACT_PATHS, requestLineLogger, serializeError } from './logger.ts'
 import { pageRoutes } from './pages/routes.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
 import { watchlistRoutes } from './watchlists/routes.ts'
@@ -34,13 +34,15 @@ const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/
 
 /** Builds the whole service in-process: no listening and no process.* here (see server.ts). */
 export async function buildApp(config: Config, overrides: AppOverrides = {}): Promise<FastifyInstance> {
+  // One stream for every line, so the request lines' own logger (below) keeps them in order.
+  const logStream = overrides.logStream ?? logDestination()
   const app = Fastify({
     logger: {
       level: config.logLevel,
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
       // Fastify's type insists on a `stack` field; leaving it out is the point (src/logger.ts).
       serializers: { err: serializeError as never },
-      ...(overrides.logStream ? { stream: overrides.logStream } : {}),
+      stream: logStream,
     },
     // Its per-request child logger is made when the request first writes a line (src/logger.ts).
     childLoggerFactory: lazyRequestLogger,
@@ -97,11 +99,12 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   app.addHook('onSend', async (_request, reply) => {
     if (draining || services.readiness.leaving) reply.header('connection', 'close')
   })
+  const requestLines = requestLineLogger(config.logLevel, logStream)
   app.addHook('onResponse', async (request, reply) => {
     // Checked first so that with request lines off (LOG_LEVEL=warn) nothing is built per request.
-    if (!(request.log as unknown as { isLevelEnabled(level: string): boolean }).isLevelEnabled('info')) return
-    request.log.info(
-      { method: request.method, path: pathOf(request), status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
+    if (!requestLines.isLevelEnabled('info')) return
+    requestLines.info(
+      { reqId: request.id, method: request.method, path: pathOf(request), status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
       'request',
     )
   })

@@ -173,6 +173,24 @@ for (const engine of ENGINES) {
       assert.equal(line?.status, 200)
       assert.equal(line?.path, `${t.base}/auth/me`)
     })
+
+    test('one request line per request, without the query string; every other line still redacted', async () => {
+      logs.lines.length = 0
+      const answer = await t.app.inject({ method: 'GET', url: `${t.base}/watchlists?cursor=secret-cursor`, headers: { 'x-request-id': 'line-call' } })
+      assert.equal(answer.statusCode, 401)
+      const lines = logs.entries().filter((entry) => entry.reqId === 'line-call')
+      assert.equal(lines.length, 1)
+      const { time, pid, hostname, ...line } = lines[0]!
+      assert.equal(typeof time, 'number')
+      assert.equal(pid, process.pid)
+      assert.equal(typeof hostname, 'string')
+      assert.equal(typeof line.ms, 'number')
+      assert.deepEqual({ ...line, ms: 0 }, { level: 30, reqId: 'line-call', method: 'GET', path: `${t.base}/watchlists`, status: 401, ms: 0, msg: 'request' })
+      // The request line's logger skips the redaction paths; the service's own lines keep them.
+      t.app.log.info({ body: { password: 'hunter2-in-a-body', email: 'x@example.com' } }, 'redaction check')
+      const checked = logs.entries().find((entry) => entry.msg === 'redaction check') as { body?: Record<string, unknown> } | undefined
+      assert.deepEqual(checked?.body, { password: '[redacted]', email: 'x@example.com' })
+    })
   })
 
   describe(`internal errors on ${engine}`, () => {
