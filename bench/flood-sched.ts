@@ -10,8 +10,7 @@ import { execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { loadFromChild } from './child-load.ts'
-import { timedLoad } from './latency.ts'
+import { floodBench } from './flood-setup.ts'
 import { startServer } from './server.ts'
 
 const floodConnections = Number(process.argv[2] ?? 500)
@@ -126,13 +125,7 @@ function summarise(switches: Switch[], serverPid: number) {
 const server = await startServer({ RATE_LIMIT_LOGIN_PER_IP: '100000000', LOGIN_FREE_FAILURES: '100' })
 const scratch = mkdtempSync(path.join(tmpdir(), 'portcullis-sched-'))
 try {
-  const base = `${server.base}/api/v1`
-  const json = { 'content-type': 'application/json' }
-  const email = `flood-${Date.now()}@example.com`
-  const password = 'a flood benchmark passphrase'
-  await fetch(`${base}/auth/register`, { method: 'POST', headers: json, body: JSON.stringify({ email, password, full_name: 'Flood' }) })
-  const token = (await (await fetch(`${base}/auth/login`, { method: 'POST', headers: json, body: JSON.stringify({ email, password }) })).json()).data.access_token
-  const me = () => timedLoad({ url: `${base}/auth/me`, connections: 8, duration: 10, headers: { authorization: `Bearer ${token}` } })
+  const { reads: me, flood: loginFlood } = await floodBench(server)
   const alone = await me()
 
   const data = path.join(scratch, 'perf.data')
@@ -140,10 +133,7 @@ try {
   let perfErrors = ''
   perf.stderr.on('data', (chunk) => (perfErrors += chunk))
   const recorded = new Promise<number | null>((resolve) => perf.once('exit', resolve))
-  const [during, flood] = await Promise.all([
-    me(),
-    loadFromChild({ url: `${base}/auth/login`, connections: floodConnections, seconds: 10, method: 'POST', headers: json, body: JSON.stringify({ email, password }) }),
-  ])
+  const [during, flood] = await Promise.all([me(), loginFlood(floodConnections)])
   if ((await recorded) !== 0) throw new Error(`perf sched record failed (it needs linux-perf and /sys/kernel/tracing): ${perfErrors.trim()}`)
   const timehist = execFileSync('perf', ['sched', 'timehist', '-i', data, '--state'], { encoding: 'utf8', maxBuffer: 1 << 30, stdio: ['ignore', 'pipe', 'ignore'] })
 

@@ -3,32 +3,22 @@
 // server runs in its own process (bench/server.ts), the flood in another (bench/child-load.ts).
 //   npx tsx bench/flood.ts [flood connections, default 64]
 // BENCH_SERVER=<another tree>/dist/server.js runs that build instead, for an A/B (bench/server.ts).
-import { loadFromChild } from './child-load.ts'
-import { timedLoad, type TimedLoad } from './latency.ts'
+import { floodBench } from './flood-setup.ts'
+import type { TimedLoad } from './latency.ts'
 import { startServer } from './server.ts'
 
 const floodConnections = Number(process.argv[2] ?? 64)
 // The hashing limits and the database may be set from the environment, to compare settings.
 const passed = Object.fromEntries(['HASH_CONCURRENCY', 'HASH_QUEUE', 'HASH_WAIT_SECONDS', 'DATABASE_URL'].flatMap((name) => (process.env[name] ? [[name, process.env[name]!]] : [])))
 const server = await startServer({ RATE_LIMIT_LOGIN_PER_IP: '100000000', LOGIN_FREE_FAILURES: '100', ...passed })
-const base = `${server.base}/api/v1`
-const json = { 'content-type': 'application/json' }
-const email = `flood-${Date.now()}@example.com`
-const password = 'a flood benchmark passphrase'
-await fetch(`${base}/auth/register`, { method: 'POST', headers: json, body: JSON.stringify({ email, password, full_name: 'Flood' }) })
-const token = (await (await fetch(`${base}/auth/login`, { method: 'POST', headers: json, body: JSON.stringify({ email, password }) })).json()).data.access_token
-
-const me = () => timedLoad({ url: `${base}/auth/me`, connections: 8, duration: 10, headers: { authorization: `Bearer ${token}` } })
+const { reads: me, flood: loginFlood } = await floodBench(server)
 const waitedBefore = server.eventLoopWaitMs()
 const alone = await me()
 const waitedAlone = server.eventLoopWaitMs() - waitedBefore
 const rssBefore = server.rss()
 let peakRss = rssBefore
 const sampler = setInterval(() => (peakRss = Math.max(peakRss, server.rss())), 50)
-const [during, flood] = await Promise.all([
-  me(),
-  loadFromChild({ url: `${base}/auth/login`, connections: floodConnections, seconds: 10, method: 'POST', headers: json, body: JSON.stringify({ email, password }) }),
-])
+const [during, flood] = await Promise.all([me(), loginFlood(floodConnections)])
 clearInterval(sampler)
 const waitedDuring = server.eventLoopWaitMs() - waitedBefore - waitedAlone
 
