@@ -46,9 +46,9 @@ async function freePort(): Promise<number> {
  * The built service (dist/server.js, as `npm start` runs it; npm ci or npm run build makes it),
  * or another script given as node arguments, as a process of its own. Its configuration is
  * npm start's but for its own data directory and port, REQUIRE_EMAIL_VERIFICATION=false (its
- * users log in without a mail) and what `env` sets: the log level
- * is the default (info, a line per request), and the log goes to /dev/null, the cheapest sink
- * there is (a pipe to a collector costs more).
+ * users log in without a mail) and what `env` sets: the log level is the default (info, a line
+ * per request), and the log goes to /dev/null, the cheapest sink there is (a pipe to a collector
+ * costs more).
  */
 export async function startServer(env: Record<string, string>, options: { dataDir?: string; args?: string[] } = {}): Promise<BenchServer> {
   const dataDir = options.dataDir ?? mkdtempSync(path.join(tmpdir(), 'portcullis-bench-'))
