@@ -8,6 +8,7 @@ import { systemClock, type Clock } from './clock.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { migrate, openDatabase, type Db } from './db/index.ts'
 import { signingKeys } from './db/repositories.ts'
+import { rewrapWaitingMail } from './mail/queue.ts'
 
 /** A wrong command line: exit 2 with the usage of what was meant. */
 class UsageError extends Error {
@@ -229,8 +230,8 @@ const commands: Command[] = [
       const from = new KeySealer(config.oldKeyEncryptionKey)
       const to = new KeySealer(config.keyEncryptionKey)
       return withDatabase(config, async (db) => {
-        const count = await rewrapStoredKeys(db, from, to)
-        io.out(`re-encrypted ${count} stored key(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
+        const count = await rewrapStoredKeys(db, from, to, [rewrapWaitingMail])
+        io.out(`re-encrypted ${count} stored key(s) and queued mail(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
         return 0
       })
     },

@@ -90,7 +90,8 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
     overrides.mailTransport ??
     createMailTransport({ smtpUrl: config.smtpUrl, from: config.mailFrom, outboxDir: path.join(config.dataDir, 'outbox'), logger })
   started.push(() => mail.close())
-  const mailQueue = new MailQueue(db, mail, clock, logger, metrics, { ...DEFAULT_MAIL_QUEUE, ...config.mailQueue, ...overrides.mailQueue })
+  const mailQueue = new MailQueue(db, mail, { current: sealer, previous: config.oldKeyEncryptionKey && new KeySealer(config.oldKeyEncryptionKey) }, clock, logger, metrics, { ...DEFAULT_MAIL_QUEUE, ...config.mailQueue, ...overrides.mailQueue })
+  await mailQueue.sealWaiting()
   mailQueue.start()
   started.push(() => mailQueue.stop())
   const commits = new GroupCommit(db)

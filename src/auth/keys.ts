@@ -90,12 +90,16 @@ export async function sealStoredKeys(db: Db, sealer: KeySealer): Promise<number>
   return sealed
 }
 
+/** Another module's sealed values, re-sealed inside the rewrap's transaction; returns how many. */
+export type Rewrap = (trx: Db['kysely'], from: KeySealer, to: KeySealer) => Promise<number>
+
 /**
- * Re-encrypts every private key (and every sealed service secret) from the old key-encryption key to the new one, in one
- * transaction: all or nothing. A row the new key already opens is left alone, so an interrupted
- * or repeated rewrap is harmless; a row neither key opens stops it.
+ * Re-encrypts every private key, every sealed service secret and whatever `also` covers (queued
+ * mail) from the old key-encryption key to the new one, in one transaction: all or nothing. A row
+ * the new key already opens is left alone, so an interrupted or repeated rewrap is harmless; a
+ * row neither key opens stops it.
  */
-export async function rewrapStoredKeys(db: Db, from: KeySealer, to: KeySealer): Promise<number> {
+export async function rewrapStoredKeys(db: Db, from: KeySealer, to: KeySealer, also: Rewrap[] = []): Promise<number> {
   return db.kysely.transaction().execute(async (trx) => {
     let rewrapped = 0
     for (const row of await signingKeys.list(trx)) {
@@ -112,6 +116,7 @@ export async function rewrapStoredKeys(db: Db, from: KeySealer, to: KeySealer): 
       await secrets.replace(trx, secret.name, secret.value, to.seal(clear, secretAad(secret.name)))
       rewrapped++
     }
+    for (const rewrap of also) rewrapped += await rewrap(trx, from, to)
     return rewrapped
   })
 }

@@ -1,12 +1,13 @@
 import { randomUUID } from 'node:crypto'
 import type { Kysely } from 'kysely'
+import { KeyEncryptionError, KeySealer } from '../auth/key-encryption.ts'
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import type { Database, MailKind } from '../db/schema.ts'
 import type { Metrics } from '../http/metrics.ts'
 import type { Logger } from '../logger.ts'
 import type { MailMessage, MailTransport } from './index.ts'
-import { outbox, type OutboxRow } from './outbox.ts'
+import { openBodies, outbox, sealBodies, sealedUnder, type OutboxRow } from './outbox.ts'
 
 export interface MailQueueOptions {
   /** How often every instance looks for due mail (a new mail is also sent at once). */
@@ -60,6 +61,11 @@ export class MailQueue {
   constructor(
     private readonly db: Db,
     private readonly transport: MailTransport,
+    /**
+     * Seals the bodies at rest (they carry one-time links) and opens them to send; during a
+     * `keys rewrap` an instance given OLD_KEY_ENCRYPTION_KEY as well still opens mail sealed under it.
+     */
+    private readonly sealers: { current: KeySealer; previous?: KeySealer | undefined },
     private readonly clock: Clock,
     private readonly logger: Logger,
     metrics: Metrics,
@@ -71,12 +77,30 @@ export class MailQueue {
     metrics.gauge({ name: 'portcullis_mail_queued', help: 'Mails waiting to be sent, on every instance (read from the database).', read: () => this.queuedCount })
   }
 
+  private get openers(): KeySealer[] {
+    return this.sealers.previous ? [this.sealers.current, this.sealers.previous] : [this.sealers.current]
+  }
+
   /** The queue length as of the last pass; the gauge reads it without a query per scrape. */
   private queuedCount = 0
 
   /** Call inside the transaction that creates the token the mail carries. */
   async enqueue(trx: Kysely<Database>, mail: { userId: string | null; kind: MailKind; message: MailMessage }): Promise<void> {
-    await outbox.insert(trx, mail, this.clock.now())
+    await outbox.insert(trx, mail, this.clock.now(), this.sealers.current)
+  }
+
+  /**
+   * Seals the bodies of mail queued in the clear (by a release before sealing), so an upgrade
+   * leaves no link readable at rest. Conditional on the clear value, so two instances starting
+   * together seal each row once.
+   */
+  async sealWaiting(): Promise<number> {
+    let sealed = 0
+    for (const row of await outbox.waiting(this.db.kysely)) {
+      if (sealedUnder(this.sealers.current, row)) continue
+      if (await outbox.replaceBodies(this.db.kysely, row.id, row, sealBodies(this.sealers.current, row.id, openBodies(this.sealers.current, row)))) sealed++
+    }
+    return sealed
   }
 
   start(): void {
@@ -121,7 +145,7 @@ export class MailQueue {
   private async deliver(row: OutboxRow): Promise<void> {
     const mail = { id: row.id, kind: row.kind, attempts: row.attempts }
     try {
-      await this.transport.send({ to: row.recipient, subject: row.subject, text: row.body_text, html: row.body_html })
+      await this.transport.send({ to: row.recipient, subject: row.subject, ...openBodies(this.openers, row) })
     } catch (error) {
       const now = this.clock.now()
       const reason = ((error as Error).message ?? 'unknown error').slice(0, 300)
@@ -154,4 +178,25 @@ export class MailQueue {
     if (this.timer) clearInterval(this.timer)
     await this.running
   }
+}
+
+/**
+ * `keys rewrap`'s part for the mail queue: re-seals the bodies of waiting mail from one
+ * key-encryption key to the other, inside the caller's transaction. A body the new key already
+ * opens is left alone (a repeated rewrap is harmless); one neither key opens stops the rewrap.
+ */
+export async function rewrapWaitingMail(trx: Kysely<Database>, from: KeySealer, to: KeySealer): Promise<number> {
+  let rewrapped = 0
+  for (const row of await outbox.waiting(trx)) {
+    if (sealedUnder(to, row)) continue
+    let bodies: { text: string; html: string }
+    try {
+      bodies = openBodies([from, to], row)
+    } catch {
+      throw new KeyEncryptionError(`OLD_KEY_ENCRYPTION_KEY does not decrypt queued mail ${row.id}; nothing was changed`)
+    }
+    await outbox.replaceBodies(trx, row.id, row, sealBodies(to, row.id, bodies))
+    rewrapped++
+  }
+  return rewrapped
 }

@@ -30,7 +30,8 @@ for (const engine of ENGINES) {
         const [failed] = await rows(t)
         assert.equal(failed!.sent_at, null)
         assert.equal(failed!.attempts, 1)
-        assert.match(failed!.body_text, /verify-email\?token=/, 'kept until it is sent')
+        assert.match(failed!.body_text, /^enc:v1:/, 'kept until it is sent, sealed: it holds a link with a token')
+        assert.doesNotMatch(failed!.body_text + failed!.body_html, /token=/)
 
         await relay.start(port)
         t.clock.advance(1)

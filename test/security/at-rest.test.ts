@@ -1,11 +1,14 @@
 import assert from 'node:assert/strict'
+import { randomBytes } from 'node:crypto'
+import { existsSync, readFileSync } from 'node:fs'
+import path from 'node:path'
 import { describe, test } from 'node:test'
 import { sql } from 'kysely'
 import { runCli } from '../../src/cli.ts'
 import { signingKeys } from '../../src/db/repositories.ts'
-import { ENGINES } from '../helpers/db.ts'
-import { PASSWORD, registerVerifyLogin, startTestApp, type TestApp } from '../helpers/app.ts'
-import { tokenFromMail } from '../helpers/mail.ts'
+import { createStorage, ENGINES, type TestStorage } from '../helpers/db.ts'
+import { freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, within, type TestApp } from '../helpers/app.ts'
+import { MailCatcher, tokenFromMail } from '../helpers/mail.ts'
 
 /** Every value of every column of every table, as text, table by table. */
 async function everyValue(t: TestApp): Promise<Map<string, string>> {
@@ -22,8 +25,91 @@ async function everyValue(t: TestApp): Promise<Map<string, string>> {
   return dump
 }
 
+/**
+ * A copy of the stored data as a thief would have it: on SQLite the database file and its WAL as
+ * raw bytes (free pages and old frames included), on PostgreSQL every column of every table.
+ */
+async function snapshot(storage: TestStorage, t?: TestApp): Promise<string> {
+  if (storage.engine === 'sqlite') {
+    const file = path.join(storage.dataDir, 'portcullis.db')
+    return [file, `${file}-wal`].filter((f) => existsSync(f)).map((f) => readFileSync(f).toString('latin1')).join('\n')
+  }
+  if (t) return [...(await everyValue(t)).values()].join('\n')
+  const { default: pg } = await import('pg')
+  const client = new pg.Client({ connectionString: storage.databaseUrl })
+  await client.connect()
+  try {
+    const tables = (await client.query<{ name: string }>(`select table_name as name from information_schema.tables where table_schema = 'public' and table_type = 'BASE TABLE'`)).rows
+    const texts: string[] = []
+    for (const { name } of tables) {
+      for (const row of (await client.query(`select * from "${name}"`)).rows) texts.push(Object.values(row).map(String).join('\u0000'))
+    }
+    return texts.join('\n')
+  } finally {
+    await client.end()
+  }
+}
+
+const QUEUE = { pollMs: 25, retryBaseMs: 1000 }
+
 for (const engine of ENGINES) {
   describe(`data at rest on ${engine}`, () => {
+    test('copies taken while mail waits for a relay that is down, and after keys rewrap, hold no working link', async () => {
+      const storage = await createStorage(engine)
+      const env = { DATA_DIR: storage.dataDir, DATABASE_URL: storage.databaseUrl }
+      const oldKek = randomBytes(32).toString('base64')
+      const newKek = randomBytes(32).toString('base64')
+      const port = await freePort()
+      const relay = new MailCatcher()
+      const copies: { when: string; text: string }[] = []
+      const email = uniqueEmail('at-rest')
+      try {
+        const down = await startTestApp(engine, { storage, env: { SMTP_URL: `smtp://127.0.0.1:${port}`, KEY_ENCRYPTION_KEY: oldKek }, overrides: { mailQueue: QUEUE } })
+        try {
+          assert.equal((await down.post('/auth/register', { email, password: PASSWORD, full_name: 'At Rest' })).statusCode, 201)
+          assert.equal((await down.post('/auth/forgot-password', { email })).statusCode, 202)
+          await down.app.services.background.drain()
+          const failedBoth = async () => (await down.app.services.db.kysely.selectFrom('mail_outbox').select('last_error').execute()).filter((r) => r.last_error !== null).length === 2
+          await within(5000, failedBoth)
+          copies.push({ when: 'while the mail was queued', text: await snapshot(storage, down) })
+        } finally {
+          await down.close()
+        }
+        if (engine === 'sqlite') copies.push({ when: 'after the queueing instance stopped', text: await snapshot(storage) })
+
+        const quiet = { out() {}, err() {} }
+        assert.equal(await runCli(['keys', 'rewrap'], { ...env, OLD_KEY_ENCRYPTION_KEY: oldKek, KEY_ENCRYPTION_KEY: newKek }, quiet), 0)
+        copies.push({ when: 'after keys rewrap', text: await snapshot(storage) })
+
+        // Only the new key opens the queued mail now: the relay comes back and both links arrive.
+        await relay.start(port)
+        const up = await startTestApp(engine, { storage, env: { SMTP_URL: `smtp://127.0.0.1:${port}`, KEY_ENCRYPTION_KEY: newKek }, overrides: { mailQueue: QUEUE } })
+        try {
+          up.clock.advance(60)
+          const [first, second] = [await relay.next(email), await relay.next(email)]
+          const byLink = (link: string) => tokenFromMail([first!, second!].find((mail) => mail.raw.includes(link))!)
+          const verify = byLink('/verify-email?token=')
+          const reset = byLink('/reset-password?token=')
+          copies.push({ when: 'after delivery', text: await snapshot(storage, up) })
+
+          for (const copy of copies) {
+            // The scan reads real data: the address is stored in the clear, so it must be found.
+            assert.ok(copy.text.includes(email), `the copy ${copy.when} holds the data it should`)
+            assert.ok(!copy.text.includes(verify), `the verification token in the clear in the copy ${copy.when}`)
+            assert.ok(!copy.text.includes(reset), `the reset token in the clear in the copy ${copy.when}`)
+          }
+          // And both were working credentials, not stale ones.
+          assert.equal((await up.post('/auth/verify-email', { token: verify })).statusCode, 200)
+          assert.equal((await up.post('/auth/reset-password', { token: reset, password: 'a brand new passphrase' })).statusCode, 200)
+        } finally {
+          await up.close()
+        }
+      } finally {
+        await relay.close()
+        await storage.drop()
+      }
+    })
+
     test('after a full flow, no column of any table holds a private key, a password, a token or an API key in the clear', async () => {
       const t = await startTestApp(engine)
       const secrets: { what: string; value: string }[] = []
