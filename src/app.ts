@@ -113,6 +113,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     basePath: config.basePath,
     secure: config.production || config.publicUrl.startsWith('https://'),
     allowedOrigins: [new URL(config.publicUrl).origin, ...config.corsOrigins],
+    sessionIsLive: (token) => services.auth.refreshTokenIsLive(token),
   })
   services.metrics.install(app)
   installTransportSecurity(app, {
@@ -139,8 +140,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       await api.register(async (scope) => {
         protect(scope, auth)
         await protectedAuthRoutes(scope, auth)
-        await protectedLifecycleRoutes(scope, lifecycle, hasher)
-        await dataRightsRoutes(scope, dataRights, limits, hasher)
+        await protectedLifecycleRoutes(scope, lifecycle, hasher, cookies)
+        await dataRightsRoutes(scope, dataRights, limits, hasher, cookies)
         await watchlistRoutes(scope, watchlists)
       })
       // Operators: API keys, never a user's token (src/admin/).

@@ -45,6 +45,7 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
   app.post('/auth/reset-password', {
     ...common,
     onRequest: refuseWhenSaturated(hasher),
+    onSend: cookies.clearWhenDead,
     schema: { tags: ['password'], operationId: 'resetPassword', body: ResetPasswordBody, response: { 200: PasswordReset } },
   }, async (request) => {
     await lifecycle.resetPassword(request.body.token, request.body.password, requestContext(request))
@@ -52,10 +53,12 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
   })
 }
 
-export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, hasher: { saturated(): boolean }): Promise<void> {
+export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, hasher: { saturated(): boolean }, cookies: CookieTransport): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+  const { clearWhenDead } = cookies
 
   app.post('/auth/logout-all', {
+    onSend: clearWhenDead,
     schema: { tags, security, operationId: 'logoutAll', response: { 200: Revoked } },
   }, async (request) => ok({ revoked: await lifecycle.logoutAll(principalOf(request), requestContext(request)) }))
 
@@ -67,6 +70,7 @@ export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecyc
   }, async (request) => ok({ sessions: await lifecycle.listSessions(principalOf(request)) }))
 
   app.delete('/auth/sessions/:id', {
+    onSend: clearWhenDead,
     schema: {
       tags, security, operationId: 'revokeSession', params: SessionParams,
       response: { 200: SessionRevoked },
@@ -79,6 +83,7 @@ export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecyc
   app.post('/auth/change-password', {
     bodyLimit: AUTH_BODY_LIMIT,
     onRequest: refuseWhenSaturated(hasher),
+    onSend: clearWhenDead,
     schema: {
       tags: ['password'], security, operationId: 'changePassword',
       body: ChangePasswordBody,
@@ -91,7 +96,7 @@ export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecyc
 }
 
 /** The data owner's routes (bearer): a copy of everything stored, and erasure. */
-export async function dataRightsRoutes(fastify: FastifyInstance, rights: DataRights, limits: Limits, hasher: { saturated(): boolean }): Promise<void> {
+export async function dataRightsRoutes(fastify: FastifyInstance, rights: DataRights, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const tags = ['account']
 
@@ -106,6 +111,7 @@ export async function dataRightsRoutes(fastify: FastifyInstance, rights: DataRig
     bodyLimit: AUTH_BODY_LIMIT,
     // Throttled like login: the per-IP login limit here, the per-account delay in the service.
     onRequest: [refuseWhenSaturated(hasher), limitByIp(limits, 'login')],
+    onSend: cookies.clearWhenDead,
     schema: { tags, security, operationId: 'deleteAccount', body: DeleteAccountBody, response: { 200: AccountDeleted } },
   }, async (request) => ok(await rights.deleteOwn(principalOf(request), request.body.password, requestContext(request))))
 }

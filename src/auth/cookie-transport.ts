@@ -1,4 +1,4 @@
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import Type from 'typebox'
 import { AppError } from '../errors.ts'
 
@@ -19,6 +19,8 @@ export interface CookieTransportOptions {
   secure: boolean
   /** PUBLIC_URL's origin and CORS_ORIGINS. */
   allowedOrigins: string[]
+  /** Whether a refresh token still names a live session (signed here, not revoked, not expired). */
+  sessionIsLive: (refreshToken: string) => Promise<boolean>
 }
 
 export class CookieTransport {
@@ -26,6 +28,7 @@ export class CookieTransport {
   readonly path: string
   private readonly secure: boolean
   private readonly allowedOrigins: Set<string>
+  private readonly sessionIsLive: (refreshToken: string) => Promise<boolean>
 
   constructor(options: CookieTransportOptions) {
     this.secure = options.secure
@@ -34,6 +37,7 @@ export class CookieTransport {
     // Sent only to the auth routes, never to watchlists or an application's other paths.
     this.path = `${options.basePath}/auth`
     this.allowedOrigins = new Set(options.allowedOrigins)
+    this.sessionIsLive = options.sessionIsLive
   }
 
   /** The exact paths that use the cookie: the only ones CORS answers with credentials. */
@@ -72,6 +76,20 @@ export class CookieTransport {
 
   clear(reply: FastifyReply): void {
     reply.header('set-cookie', this.serialise('', 0))
+  }
+
+  /**
+   * For the routes that can revoke the caller's own session (logout-all, a session revoke, account
+   * deletion, password reset and change): once the route has run, a refresh cookie whose session
+   * is no longer live is cleared, so "log out everywhere" leaves no dead cookie behind (API.md:
+   * every revocation of that session clears the cookie). It needs no X-Token-Transport header:
+   * the cookie is not used as a credential here, and removing a dead one is always safe. A cookie
+   * whose session lives on (change-password keeps the caller's) is left alone.
+   */
+  readonly clearWhenDead: onSendHookHandler = async (request, reply, payload) => {
+    const token = this.read(request)
+    if (token !== null && !(await this.sessionIsLive(token))) this.clear(reply)
+    return payload
   }
 
   private serialise(value: string, maxAgeSeconds: number): string {

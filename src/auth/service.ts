@@ -221,6 +221,14 @@ export class AuthService {
     }
   }
 
+  /** Whether a refresh token is one this service signed, of a session that is neither revoked nor expired. */
+  async refreshTokenIsLive(refreshToken: string): Promise<boolean> {
+    const result = await this.deps.tokens.verify(refreshToken, 'refresh')
+    if (result.status !== 'valid') return false
+    const state = await sessions.findAuthState(this.db, result.claims.sid)
+    return state !== null && state.user_id === result.claims.sub && state.revoked_at === null && state.expires_at > this.deps.clock.now()
+  }
+
   async refresh(refreshToken: string, context: RequestContext) {
     const result = await this.deps.tokens.verify(refreshToken, 'refresh')
     // Expired, forged, malformed or an access token: all the same to the client.

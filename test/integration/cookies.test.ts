@@ -133,6 +133,46 @@ for (const engine of ENGINES) {
       assert.equal(me.statusCode, 200)
       assert.equal(me.headers['access-control-allow-credentials'], undefined)
     })
+
+    /** Every route that can revoke the caller's own session, and whether the cookie's session survives it. */
+    const revokers: { route: string; survives: boolean; call(user: Awaited<ReturnType<typeof cookieLogin>>): Promise<LightMyRequestResponse> }[] = [
+      { route: 'POST /auth/logout-all', survives: false, call: (u) => t.app.inject({ method: 'POST', url: `${t.base}/auth/logout-all`, headers: { authorization: `Bearer ${u.login.json().data.access_token}`, cookie: u.cookie } }) },
+      {
+        route: 'DELETE /auth/sessions/{current}',
+        survives: false,
+        async call(u) {
+          const access = u.login.json().data.access_token
+          const sessions = (await t.get('/auth/sessions', access)).json().data.sessions as { id: string; current: boolean }[]
+          const current = sessions.find((session) => session.current)!.id
+          return t.app.inject({ method: 'DELETE', url: `${t.base}/auth/sessions/${current}`, headers: { authorization: `Bearer ${access}`, cookie: u.cookie } })
+        },
+      },
+      { route: 'DELETE /auth/me', survives: false, call: (u) => t.app.inject({ method: 'DELETE', url: `${t.base}/auth/me`, headers: { ...json, authorization: `Bearer ${u.login.json().data.access_token}`, cookie: u.cookie }, payload: JSON.stringify({ password: PASSWORD }) }) },
+      {
+        route: 'POST /auth/reset-password',
+        survives: false,
+        async call(u) {
+          await t.post('/auth/forgot-password', { email: u.email })
+          const token = tokenFromMail(await t.mail.next(u.email))
+          return send('/auth/reset-password', { cookie: u.cookie }, { token, password: 'a different passphrase' })
+        },
+      },
+      { route: 'POST /auth/change-password (keeps the caller\'s session)', survives: true, call: (u) => t.app.inject({ method: 'POST', url: `${t.base}/auth/change-password`, headers: { ...json, authorization: `Bearer ${u.login.json().data.access_token}`, cookie: u.cookie }, payload: JSON.stringify({ current_password: PASSWORD, new_password: 'a different passphrase' }) }) },
+      { route: 'DELETE /auth/sessions/{another}', survives: true, call: (u) => t.app.inject({ method: 'DELETE', url: `${t.base}/auth/sessions/${JSON.parse(Buffer.from(u.refresh_token.split('.')[1]!, 'base64url').toString()).sid}`, headers: { authorization: `Bearer ${u.login.json().data.access_token}`, cookie: u.cookie } }) },
+    ]
+    for (const { route, survives, call } of revokers) {
+      test(`${route}: ${survives ? 'a cookie whose session lives on is left alone' : 'the refresh cookie of the revoked session is cleared'}`, async () => {
+        const user = await cookieLogin()
+        const response = await call(user)
+        assert.equal(response.statusCode, 200, response.body)
+        if (survives) {
+          assert.deepEqual(setCookie(response), [])
+          assert.equal((await send('/auth/refresh', { ...COOKIE, cookie: user.cookie })).statusCode, 200, 'and it still refreshes')
+        } else {
+          assert.deepEqual(setCookie(response), [`portcullis_refresh=; Max-Age=0; Path=${t.base}/auth; HttpOnly; SameSite=Strict`])
+        }
+      })
+    }
   })
 }
 
