@@ -130,7 +130,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   const { auth, lifecycle, dataRights, admin, apiKeys, db, keys, watchlists, limits, hasher, metrics, readiness } = services
   await app.register(opsRoutes, { db, keys, metrics, readiness })
   // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
-  await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand: { appName: config.appName, appUrl: config.appUrl } })
+  await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand: { appName: config.appName, appUrl: config.appUrl }, ownOrigin: new URL(config.publicUrl).origin })
   await app.register(
     async (api) => {
       await api.register(async (open) => {

@@ -16,6 +16,8 @@ export interface PageDeps {
   limits: Limits
   hasher: { saturated(): boolean }
   brand: PageBrand
+  /** PUBLIC_URL's origin: the only site whose pages may post these forms. */
+  ownOrigin: string
 }
 
 /** Tokens are 43 characters; anything much longer is not one and is not worth hashing. */
@@ -71,6 +73,9 @@ function problemPage(brand: PageBrand, error: AppError, requestId: string): { st
       return page('Too many attempts', `Too many requests came from your network. Try again in about ${wait}.`)
     }
     case 403:
+      if (error.code === 'ORIGIN_NOT_ALLOWED') {
+        return page('This form was sent from another site', `For your safety, ${brand.appName} accepts this form only from its own pages, so nothing was sent or changed. Open the link in your mail, or type the page's address yourself, and try again there.`)
+      }
       return page('A secure connection is needed', 'Open this page with an https:// address.')
     case 503:
       return page('Busy right now', 'The service is busy or briefly unavailable. Try again in a moment.')
@@ -86,8 +91,26 @@ function problemPage(brand: PageBrand, error: AppError, requestId: string): { st
  * and enumeration safety are those of the API. In their own scope: only here are form bodies
  * parsed, and every failure answers as a page rather than the JSON envelope.
  */
+/**
+ * Cross-site form posts are refused (API.md, Pages): a foreign page must not make a visitor's
+ * browser spend a verification or reset token, or send mail in their name. A browser says where a
+ * request comes from in Sec-Fetch-Site (trusted first: only same-origin and a typed-in or
+ * bookmarked navigation, `none`, pass) and, in older browsers, in Origin. `Origin: null` is what
+ * Chromium sends from our own pages, which are no-referrer, so it is no proof of a foreign site.
+ * A request with neither header comes from a program (curl), not a browser a site could drive.
+ */
+function assertSameSite(request: FastifyRequest, ownOrigin: string): void {
+  const site = request.headers['sec-fetch-site']
+  if (site !== undefined) {
+    if (site !== 'same-origin' && site !== 'none') throw new AppError('ORIGIN_NOT_ALLOWED')
+    return
+  }
+  const origin = request.headers.origin
+  if (origin !== undefined && origin !== ownOrigin && origin !== 'null') throw new AppError('ORIGIN_NOT_ALLOWED')
+}
+
 export async function pageRoutes(app: FastifyInstance, deps: PageDeps): Promise<void> {
-  const { auth, lifecycle, limits, hasher, brand } = deps
+  const { auth, lifecycle, limits, hasher, brand, ownOrigin } = deps
 
   app.removeAllContentTypeParsers()
   app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: AUTH_BODY_LIMIT }, (_request, body, done) => {
@@ -98,6 +121,11 @@ export async function pageRoutes(app: FastifyInstance, deps: PageDeps): Promise<
   // pages replace only the API's deny-all policy with their own.
   app.addHook('onSend', async (_request, reply) => {
     reply.header('content-security-policy', PAGE_CSP)
+  })
+
+  // Before the rate limits and the body: a refused cross-site post costs the visitor nothing.
+  app.addHook('onRequest', async (request) => {
+    if (request.method === 'POST') assertSameSite(request, ownOrigin)
   })
 
   app.setErrorHandler((error, request, reply) => {

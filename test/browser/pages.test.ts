@@ -135,6 +135,26 @@ describe('the mailed-link pages in a real browser', () => {
         assert.equal((await t.get('/auth/me', session)).statusCode, 401, 'the earlier session was revoked')
       })
 
+      test('a form on another site that posts to the forgot page gets the refusal page, and no mail is sent', async () => {
+        const email = uniqueEmail('browser')
+        await t.post('/auth/register', { email, password: PASSWORD, full_name: 'Browser User' })
+        await t.mail.next(email)
+        // A page of no origin of ours (about:blank with content set), as a foreign site's would be.
+        const foreign = await context.newPage()
+        try {
+          await foreign.setContent(`<!doctype html><html lang="en"><title>Win a prize</title><form method="post" action="${t.config.publicUrl}/forgot-password"><input type="hidden" name="email" value="${email}"><button>Claim</button></form></html>`)
+          const [refused] = await Promise.all([foreign.waitForNavigation(), foreign.getByRole('button', { name: 'Claim' }).click()])
+          assert.equal(refused?.status(), 403)
+          assert.equal(await foreign.locator('h1').textContent(), 'This form was sent from another site')
+          await check(foreign, `${engine}-9-cross-site-refused`)
+        } finally {
+          await foreign.close()
+        }
+        await t.app.services.background.drain()
+        const queued = await t.app.services.db.kysely.selectFrom('mail_outbox').select('kind').where('recipient', '=', email).execute()
+        assert.deepEqual(queued.map((row) => row.kind), ['verification'], 'no reset mail went out')
+      })
+
       test('no page logged an error in the browser console', (testContext) => {
         assert.deepEqual(consoleErrors, [])
         testContext.diagnostic(`screenshots in ${shots}`)

@@ -243,6 +243,62 @@ for (const engine of ENGINES) {
         assert.equal(response.statusCode, 200)
       })
     })
+
+    describe('cross-site posts', () => {
+      const own = () => new URL(t.config.publicUrl).origin
+      const foreign = 'https://evil.example'
+      /** Where a browser says the post came from; none at all is a program such as curl. */
+      const refused: [string, Record<string, string>][] = [
+        ['Sec-Fetch-Site: cross-site', { 'sec-fetch-site': 'cross-site' }],
+        ['Sec-Fetch-Site: same-site (a sibling subdomain)', { 'sec-fetch-site': 'same-site' }],
+        ['Sec-Fetch-Site: cross-site even with our own Origin', { 'sec-fetch-site': 'cross-site', origin: 'OWN' }],
+        ['no Sec-Fetch-Site, a foreign Origin (an older browser)', { origin: foreign }],
+      ]
+      const allowed: [string, Record<string, string>][] = [
+        ['Sec-Fetch-Site: same-origin', { 'sec-fetch-site': 'same-origin', origin: 'null' }],
+        ['Sec-Fetch-Site: none (typed or bookmarked)', { 'sec-fetch-site': 'none' }],
+        ['no Sec-Fetch-Site, our own Origin', { origin: 'OWN' }],
+        ['no Sec-Fetch-Site, Origin: null (our own no-referrer page in Chromium)', { origin: 'null' }],
+        ['neither header (curl, old clients)', {}],
+      ]
+      const headersOf = (headers: Record<string, string>) => Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, v === 'OWN' ? own() : v]))
+
+      test('a foreign site cannot spend a verification token, reset a password or send mail: 403 page, nothing used', async () => {
+        const { email, mail } = await register()
+        const verifyToken = tokenFromMail(mail)
+        await t.post('/auth/forgot-password', { email })
+        const resetToken = tokenFromMail(await t.mail.next(email))
+        for (const [what, headers] of refused) {
+          const attempts = [
+            await submit('/verify-email', { token: verifyToken }, headersOf(headers)),
+            await submit('/reset-password', { token: resetToken, password: NEW_PASSWORD, password_confirmation: NEW_PASSWORD }, headersOf(headers)),
+            await submit('/forgot-password', { email }, headersOf(headers)),
+            await submit('/resend-verification', { email }, headersOf(headers)),
+          ]
+          for (const response of attempts) {
+            assert.equal(response.statusCode, 403, what)
+            isHtmlPage(response)
+            assert.equal(h1(response), 'This form was sent from another site', what)
+          }
+        }
+        await t.app.services.background.drain()
+        const queued = await t.app.services.db.kysely.selectFrom('mail_outbox').select('id').where('recipient', '=', email).execute()
+        assert.equal(queued.length, 2, 'no mail beyond the two the test asked for')
+        assert.equal(await loginStatus(email, NEW_PASSWORD), 401, 'the password was not changed')
+        assert.equal((await t.post('/auth/verify-email', { token: verifyToken })).statusCode, 200, 'the verification token was not spent')
+        assert.equal((await page(`/reset-password?token=${resetToken}`)).statusCode, 200, 'nor the reset token')
+      })
+
+      for (const [what, headers] of allowed) {
+        test(`allowed: ${what}`, async () => {
+          const { email, mail } = await register()
+          const response = await submit('/verify-email', { token: tokenFromMail(mail) }, headersOf(headers))
+          assert.equal(response.statusCode, 200, what)
+          assert.equal(h1(response), 'Address confirmed')
+          assert.equal(await loginStatus(email, PASSWORD), 200)
+        })
+      }
+    })
   })
 
   describe(`pages with APP_NAME, APP_URL, a custom link template and tight limits on ${engine}`, () => {
