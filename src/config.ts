@@ -43,6 +43,8 @@ const EnvSchema = Type.Object({
   HASH_WAIT_SECONDS: Type.Integer({ minimum: 1, maximum: 60, default: 5 }),
   MAIL_MAX_AGE_HOURS: Type.Integer({ minimum: 1, maximum: 720, default: 24 }),
   MAIL_LEASE_SECONDS: Type.Integer({ minimum: 1, maximum: 3600, default: 120 }),
+  AUDIT_RETENTION_DAYS: Type.Integer({ minimum: 0, maximum: 36_500, default: 365 }),
+  RETENTION_INTERVAL_SECONDS: Type.Integer({ minimum: 1, maximum: 86_400, default: 3600 }),
   KEY_ENCRYPTION_KEY: Type.Optional(Type.String({ minLength: 1 })),
   OLD_KEY_ENCRYPTION_KEY: Type.Optional(Type.String({ minLength: 1 })),
   SHUTDOWN_DRAIN_SECONDS: Type.Optional(Type.Integer({ minimum: 0, maximum: 60 })),
@@ -196,6 +198,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     oldKeyEncryptionKey,
     /** The durable mail queue: give up after this age; a claimed mail is one instance's for the lease. */
     mailQueue: { maxAgeMs: env.MAIL_MAX_AGE_HOURS * 3600_000, leaseMs: env.MAIL_LEASE_SECONDS * 1000 },
+    /** What is deleted, and how often: ended sessions, spent tokens, mail records, old audit events (src/retention.ts). */
+    retention: { intervalMs: env.RETENTION_INTERVAL_SECONDS * 1000, auditDays: env.AUDIT_RETENTION_DAYS },
     /** After SIGTERM: how long /readyz says 503 while everything else is still served (5 s in production). */
     shutdownDrainMs: (env.SHUTDOWN_DRAIN_SECONDS ?? (production ? 5 : 1)) * 1000,
     limits: {

@@ -40,32 +40,34 @@ export interface TimeId {
   id: string
 }
 
-function timeIdOf(value: Record<string, unknown> | null): TimeId | null {
+export function timeIdOf(value: Record<string, unknown> | null): TimeId | null {
   if (!value || !Number.isSafeInteger(value.t) || typeof value.id !== 'string' || value.id.length > 64) return null
   return { t: value.t as number, id: value.id }
 }
 
 /**
- * One page of a keyset listing ordered by (time, id), as the admin API pages users and events:
- * opens the cursor for `scope` (a listing and its filter), fetches one row more than asked to know
- * whether another page exists, and seals the next cursor. A cursor not issued for this scope is
+ * One page of a keyset listing, as the admin API pages users and events: opens the cursor for
+ * `scope` (a listing and its filter), fetches one row more than asked to know whether another page
+ * exists, and seals the next cursor. Positions are (time, id) unless `openPosition` reads another
+ * shape (the address order of a prefix search). A cursor not issued for this scope is
  * VALIDATION_ERROR.
  */
-export async function keysetPage<Row>(
+export async function keysetPage<Row, Position extends object = TimeId>(
   cursors: CursorCodec,
   scope: string,
   query: { limit?: number; cursor?: string },
-  fetch: (after: TimeId | null, limit: number) => Promise<Row[]>,
-  positionOf: (row: Row) => TimeId,
+  fetch: (after: Position | null, limit: number) => Promise<Row[]>,
+  positionOf: (row: Row) => Position,
+  openPosition: (value: Record<string, unknown> | null) => Position | null = timeIdOf as never,
 ): Promise<{ rows: Row[]; next_cursor: string | null }> {
   const limit = query.limit ?? 20
-  let after: TimeId | null = null
+  let after: Position | null = null
   if (query.cursor !== undefined) {
-    after = timeIdOf(cursors.open(scope, query.cursor))
+    after = openPosition(cursors.open(scope, query.cursor))
     if (!after) throw new AppError('VALIDATION_ERROR', { details: [{ field: 'cursor', message: 'is not a cursor this service issued for this query' }] })
   }
   const rows = await fetch(after, limit + 1)
   const page = rows.slice(0, limit)
   const last = page[page.length - 1]
-  return { rows: page, next_cursor: rows.length > limit && last ? cursors.seal(scope, { ...positionOf(last) }) : null }
+  return { rows: page, next_cursor: rows.length > limit && last ? cursors.seal(scope, { ...positionOf(last) } as Record<string, unknown>) : null }
 }

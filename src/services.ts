@@ -28,6 +28,7 @@ import type { Logger } from './logger.ts'
 import { createMailTransport, type MailTransport } from './mail/index.ts'
 import { DEFAULT_MAIL_QUEUE, MailQueue, type MailQueueOptions } from './mail/queue.ts'
 import { CursorCodec } from './cursor.ts'
+import { Retention } from './retention.ts'
 import { WatchlistService } from './watchlists/service.ts'
 
 /** Everything a test (or another embedding) may replace. */
@@ -45,6 +46,8 @@ export interface AppOverrides {
   mailQueue?: Partial<MailQueueOptions>
   /** How many verified access tokens to remember. */
   tokenCacheSize?: number
+  /** Rows a retention batch deletes (tests make it small to see several batches). */
+  retentionBatch?: number
 }
 
 export interface AppServices {
@@ -66,6 +69,7 @@ export interface AppServices {
   commits: GroupCommit
   background: Background
   mailQueue: MailQueue
+  retention: Retention
   limits: Limits
   metrics: Metrics
   hasher: BoundedHasher
@@ -94,6 +98,9 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
   await mailQueue.sealWaiting()
   mailQueue.start()
   started.push(() => mailQueue.stop())
+  const retention = new Retention(db, clock, logger, { ...config.retention, ...(overrides.retentionBatch ? { batch: overrides.retentionBatch } : {}) })
+  retention.start()
+  started.push(() => retention.stop())
   const commits = new GroupCommit(db)
   started.push(() => commits.flush())
   const feed = new ChangeFeed(db, logger, { clock, ...overrides.feed })
@@ -106,7 +113,7 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
   started.push(() => store.close())
   if (store instanceof RedisStore) await store.ready()
   return {
-    db, clock, sealer, keys, metrics, mailQueue, commits, feed, gate,
+    db, clock, sealer, keys, metrics, mailQueue, retention, commits, feed, gate,
     background: new Background(logger),
     limits: new Limits(store, clock, config.limits),
     hasher: boundedHasher(overrides.hasher ?? createArgon2Hasher(), config.hashing),

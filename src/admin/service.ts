@@ -45,14 +45,22 @@ export class AdminService {
     }))
   }
 
-  /** Oldest first, by keyset on (created_at, id); the cursor is bound to the filter it came with. */
+  /**
+   * Oldest first by keyset on (created_at, id); with an address prefix, in address order (the
+   * prefix's range of the address index, so a search box never walks the table). The cursor is
+   * bound to the filter it came with.
+   */
   async listUsers(query: { email?: string; status?: UserFilter['status']; limit?: number; cursor?: string }) {
-    const filter: UserFilter = { emailPrefix: query.email === undefined ? undefined : normaliseEmail(query.email), status: query.status }
-    const { rows, next_cursor } = await keysetPage(
-      this.cursors, `admin-users:${JSON.stringify(filter)}`, query,
-      (after, limit) => accountStore.page(this.db.kysely, filter, after, limit),
-      (row) => ({ t: row.created_at, id: row.id }),
-    )
+    const emailPrefix = query.email === undefined ? '' : normaliseEmail(query.email)
+    const scope = `admin-users:${JSON.stringify({ emailPrefix, status: query.status })}`
+    const { rows, next_cursor } = emailPrefix === ''
+      ? await keysetPage(this.cursors, scope, query, (after, limit) => accountStore.page(this.db.kysely, query, after, limit), (row) => ({ t: row.created_at, id: row.id }))
+      : await keysetPage<UserRow, { email: string }>(
+          this.cursors, scope, query,
+          (after, limit) => accountStore.pageByAddress(this.db.kysely, this.db.engine, { emailPrefix, status: query.status }, after?.email ?? null, limit),
+          (row) => ({ email: row.email }),
+          (value) => (typeof value?.email === 'string' && value.email.length <= 254 ? { email: value.email } : null),
+        )
     return { users: await this.views(rows), next_cursor }
   }
 

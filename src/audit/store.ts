@@ -34,16 +34,31 @@ export const auditStore = {
     await insertEvent(db, { id: timeOrderedUuid(event.at), ...event })
   },
 
+  /** Retention: deletes up to `limit` of the oldest events recorded before `before`. */
+  async deleteOlderThan(db: Kysely<Database>, before: number, limit: number): Promise<number> {
+    const old = db.selectFrom('audit_events').select('id').where('at', '<', before).limit(limit)
+    return Number((await db.deleteFrom('audit_events').where('id', 'in', old).executeTakeFirst()).numDeletedRows)
+  },
+
   /** Oldest first (the CLI's view). */
   async list(db: Kysely<Database>, filter: EventFilter & { limit: number }): Promise<AuditEventRow[]> {
     return filtered(db, filter).orderBy('at').orderBy('id').limit(filter.limit).execute()
   },
 
-  /** Newest first, strictly after the keyset position (at, id) of the previous page's last row. */
+  /**
+   * Newest first, strictly after the keyset position (at, id) of the previous page's last row (the
+   * first page starts above every row, so it is the same index range as the rest). A type or a
+   * user narrows it to the (type, at, id) or (user_id, at, id) index: a rare type is a short range,
+   * never a walk of every event.
+   */
   async pageNewestFirst(db: Kysely<Database>, filter: EventFilter, after: { t: number; id: string } | null, limit: number): Promise<AuditEventRow[]> {
-    let query = filtered(db, filter)
-    if (after) query = query.where((eb) => eb.or([eb('at', '<', after.t), eb.and([eb('at', '=', after.t), eb('id', '<', after.id)])]))
-    return query.orderBy('at', 'desc').orderBy('id', 'desc').limit(limit).execute()
+    const from = after ?? { t: Number.MAX_SAFE_INTEGER, id: '' }
+    return filtered(db, filter)
+      .where((eb) => eb(eb.refTuple('at', 'id'), '<', eb.tuple(from.t, from.id)))
+      .orderBy('at', 'desc')
+      .orderBy('id', 'desc')
+      .limit(limit)
+      .execute()
   },
 }
 

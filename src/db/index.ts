@@ -12,6 +12,7 @@ import * as m0004 from './migrations/0004_mail_outbox.ts'
 import { changeFeed } from './migrations/0005_change_feed.ts'
 import * as m0006 from './migrations/0006_operators.ts'
 import * as m0007 from './migrations/0007_audit_writes.ts'
+import { scale } from './migrations/0008_scale.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -201,6 +202,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0005_change_feed': changeFeed(engine),
     '0006_operators': m0006,
     '0007_audit_writes': m0007,
+    '0008_scale': scale(engine),
   }
 }
 

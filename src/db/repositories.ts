@@ -189,6 +189,18 @@ export const sessions = {
    * Revokes the user's unrevoked sessions (all, one, or all but one) and returns their ids, so
    * the caller can publish exactly those to the revocation feed in the same transaction.
    */
+  /**
+   * Retention: deletes up to `limit` sessions that expired, or were revoked, before `before`; one
+   * short statement per call, each a range of its own index (migration 0008).
+   */
+  async deleteEnded(db: Executor, before: number, limit: number): Promise<number> {
+    const expired = db.selectFrom('sessions').select('id').where('expires_at', '<', before).limit(limit)
+    const revoked = db.selectFrom('sessions').select('id').where('revoked_at', '<', before).limit(limit)
+    const first = await db.deleteFrom('sessions').where('id', 'in', expired).executeTakeFirst()
+    const second = await db.deleteFrom('sessions').where('id', 'in', revoked).executeTakeFirst()
+    return Number(first.numDeletedRows) + Number(second.numDeletedRows)
+  },
+
   async revoke(db: Executor, userId: string, at: number, which: { only?: string; except?: string } = {}): Promise<string[]> {
     let query = db.updateTable('sessions').set({ revoked_at: at }).where('user_id', '=', userId).where('revoked_at', 'is', null)
     if (which.only !== undefined) query = query.where('id', '=', which.only)
@@ -233,6 +245,12 @@ export const oneTimeTokens = {
       .where('expires_at', '>', at)
       .executeTakeFirst()
     return row?.user_id ?? null
+  },
+
+  /** Retention: deletes up to `limit` tokens (used or not) that expired before `before`. */
+  async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {
+    const expired = db.selectFrom('one_time_tokens').select('token_hash').where('expires_at', '<', before).limit(limit)
+    return Number((await db.deleteFrom('one_time_tokens').where('token_hash', 'in', expired).executeTakeFirst()).numDeletedRows)
   },
 
   /** Retires every unused token of one purpose, so only the newest mail's link works. */

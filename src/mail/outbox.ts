@@ -144,7 +144,15 @@ export const outbox = {
     return Number(row.n)
   },
 
-  async prune(db: Executor, before: number): Promise<void> {
-    await db.deleteFrom('mail_outbox').where((eb) => eb.or([eb('sent_at', '<', before), eb('failed_at', '<', before)])).execute()
+  /**
+   * Retention: deletes up to `limit` records of mail sent, and as many given up, before `before`;
+   * each condition is a range of its own index.
+   */
+  async deleteClosed(db: Executor, before: number, limit: number): Promise<number> {
+    const sent = db.selectFrom('mail_outbox').select('id').where('sent_at', '<', before).limit(limit)
+    const failed = db.selectFrom('mail_outbox').select('id').where('failed_at', '<', before).limit(limit)
+    const first = await db.deleteFrom('mail_outbox').where('id', 'in', sent).executeTakeFirst()
+    const second = await db.deleteFrom('mail_outbox').where('id', 'in', failed).executeTakeFirst()
+    return Number(first.numDeletedRows) + Number(second.numDeletedRows)
   },
 }

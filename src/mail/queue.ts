@@ -30,8 +30,8 @@ export const DEFAULT_MAIL_QUEUE: MailQueueOptions = {
 }
 
 const BATCH = 10
-const KEEP_RECORDS_MS = 7 * 24 * 3600_000
-const PRUNE_EVERY_MS = 3600_000
+/** How long the record of a sent or given-up mail (bodies erased) is kept; retention deletes it then. */
+export const MAIL_RECORD_KEEP_MS = 7 * 24 * 3600_000
 
 /** An SMTP 5xx: the relay refuses this mail for good, so retrying cannot help. */
 function isPermanent(error: unknown): boolean {
@@ -53,7 +53,6 @@ export class MailQueue {
   private running: Promise<void> | null = null
   private again = false
   private stopped = false
-  private lastPrune = 0
   private readonly sent
   private readonly retried
   private readonly failed
@@ -135,11 +134,6 @@ export class MailQueue {
       if (batch.length < BATCH || this.stopped) break
     }
     this.queuedCount = await outbox.pending(this.db.kysely)
-    const now = this.clock.now()
-    if (now - this.lastPrune > PRUNE_EVERY_MS) {
-      this.lastPrune = now
-      await outbox.prune(this.db.kysely, now - KEEP_RECORDS_MS)
-    }
   }
 
   private async deliver(row: OutboxRow): Promise<void> {

@@ -151,6 +151,36 @@ for (const engine of ENGINES) {
       assert.deepEqual((await as(keys.read, 'GET', `/admin/users?email=${encodeURIComponent('%')}`)).json().data.users, [])
     })
 
+    test('an address prefix lists in address order across pages; without one, oldest first; each state filter pages too', async () => {
+      const prefix = `order-${Date.now().toString(36)}`
+      const names = ['carol', 'alice', 'bob', 'dave']
+      const ids = new Map<string, string>()
+      for (const name of names) {
+        t.clock.advance(1)
+        ids.set(name, (await t.post('/auth/register', { email: `${prefix}-${name}@example.com`, password: PASSWORD, full_name: name })).json().data.user_id)
+      }
+      await as(keys.write, 'POST', `/admin/users/${ids.get('bob')}/disable`, { reason: 'suspended' })
+      await as(keys.write, 'POST', `/admin/users/${ids.get('dave')}/verify`)
+      const walk = async (query: string) => {
+        const seen: string[] = []
+        let cursor: string | null = null
+        do {
+          const response = await as(keys.read, 'GET', `/admin/users?${query ? `${query}&` : ''}limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)
+          assert.equal(response.statusCode, 200, response.body)
+          const data = response.json().data
+          seen.push(...data.users.map((u: { full_name: string }) => u.full_name))
+          cursor = data.next_cursor
+        } while (cursor)
+        return seen
+      }
+      assert.deepEqual(await walk(`email=${prefix}`), ['alice', 'bob', 'carol', 'dave'])
+      assert.deepEqual(await walk(`email=${prefix}&status=unverified`), ['alice', 'carol'])
+      assert.deepEqual((await walk('status=disabled')).filter((name) => names.includes(name)), ['bob'])
+      assert.deepEqual((await walk('status=unverified')).filter((name) => names.includes(name)), ['carol', 'alice'])
+      assert.deepEqual((await walk('status=active')).filter((name) => names.includes(name)), ['dave'])
+      assert.deepEqual((await walk('')).filter((name) => names.includes(name)), names, 'oldest first')
+    })
+
     test('last_used_at is kept without a write per request', async () => {
       const key = await cliKey(storage, 'users:read', 'usage')
       const lastUsed = async () => {
