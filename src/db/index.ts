@@ -21,6 +21,8 @@ export interface Db {
   engine: Engine
   /** How many distinct statements are kept prepared for reuse (SQLite) or named (PostgreSQL). */
   preparedStatements?(): number
+  /** Their SQL texts (the query-plan test explains each one). */
+  statementTexts?(): string[]
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>
   close(): Promise<void>
@@ -64,6 +66,7 @@ function openSqlite(dataDir: string): Db {
     kysely,
     engine: 'sqlite',
     preparedStatements: () => statements.size(),
+    statementTexts: () => statements.texts(),
     async ping() {
       await sql`select 1`.execute(kysely)
     },
@@ -95,6 +98,7 @@ function reusedStatements(sqlite: SQLite.Database) {
       return statement
     },
     size: () => prepared.size,
+    texts: () => [...prepared.keys()],
   }
 }
 
@@ -139,6 +143,7 @@ function namedStatements(pool: PgModule.Pool) {
     connect: async () => wrap(await pool.connect()),
     end: () => pool.end(),
     size: () => names.size,
+    texts: () => [...names.keys()],
   }
 }
 
@@ -183,6 +188,7 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
     kysely,
     engine: 'postgres',
     preparedStatements: () => named.size(),
+    statementTexts: () => named.texts(),
     async ping() {
       await sql`select 1`.execute(kysely)
     },

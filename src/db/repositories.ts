@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto'
 import { ReadBatch } from './batch.ts'
 import { hotQuery } from './hot-query.ts'
 import type { Db } from './index.ts'
-import { databaseNowMs } from './now.ts'
+import { databaseStatementNowMs } from './now.ts'
 import type { ChangeFeedTable, Database, OneTimeTokenPurpose, SessionsTable, SigningKeysTable, UsersTable, WatchlistsTable } from './schema.ts'
 
 /**
@@ -280,13 +280,16 @@ export const changeFeed = {
     return db
       .selectFrom('change_feed')
       .selectAll()
-      .where('at', '>=', sql<number>`${databaseNowMs(engine)} - ${windowMs}`)
+      .where('at', '>=', sql<number>`${databaseStatementNowMs(engine)} - ${windowMs}`)
+      // By time, then number: the time index serves the range and the order (changes are idempotent,
+      // so rows of one millisecond may come in any order; seq keeps it stable).
+      .orderBy('at')
       .orderBy('seq')
       .execute()
   },
 
   async prune(db: Executor, engine: Engine, olderThanMs: number): Promise<void> {
-    await db.deleteFrom('change_feed').where('at', '<', sql<number>`${databaseNowMs(engine)} - ${olderThanMs}`).execute()
+    await db.deleteFrom('change_feed').where('at', '<', sql<number>`${databaseStatementNowMs(engine)} - ${olderThanMs}`).execute()
   },
 }
 

@@ -1,0 +1,188 @@
+import assert from 'node:assert/strict'
+import { describe, test } from 'node:test'
+import { CompiledQuery } from 'kysely'
+import pg from 'pg'
+import { migrate, openDatabase } from '../../src/db/index.ts'
+import { createStorage, ENGINES } from '../helpers/db.ts'
+import { tokenFromMail } from '../helpers/mail.ts'
+import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+
+/** The tables that grow with users: a statement may reach them only through an index range. */
+const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed'])
+
+/**
+ * Drives every operation of the published API (checked against /openapi.json, so a new route that
+ * this flow forgets fails the test), the pages, and every background job, so that the service
+ * prepares every statement it has.
+ */
+async function exerciseEverything(t: TestApp): Promise<void> {
+  const called = new Set<string>()
+  const call = async (method: 'GET' | 'POST' | 'PATCH' | 'DELETE', template: string, options: { params?: Record<string, string>; token?: string; body?: unknown; query?: string; status?: number } = {}) => {
+    let path = template
+    for (const [name, value] of Object.entries(options.params ?? {})) path = path.replace(`{${name}}`, encodeURIComponent(value))
+    const url = `${path}${options.query ? `?${options.query}` : ''}`
+    const response = await t.app.inject({
+      method,
+      url,
+      headers: { ...(options.token ? { authorization: `Bearer ${options.token}` } : {}), ...(options.body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(options.body === undefined ? {} : { payload: JSON.stringify(options.body) }),
+    })
+    assert.equal(response.statusCode, options.status ?? 200, `${method} ${url}: ${response.body}`)
+    called.add(`${method.toLowerCase()} ${template}`)
+    return (response.headers['content-type']?.toString().startsWith('application/json') ? response.json() : { data: {} }) as { data: Record<string, any> }
+  }
+  const api = t.base
+
+  // A user's whole life through the API.
+  const email = uniqueEmail('plans')
+  await call('POST', `${api}/auth/register`, { body: { email, password: PASSWORD, full_name: 'Plan' }, status: 201 })
+  await call('POST', `${api}/auth/resend-verification`, { body: { email }, status: 202 })
+  await t.app.services.background.drain()
+  await t.mail.next(email)
+  // The resent link retired the first one.
+  const verifyToken = tokenFromMail(await t.mail.next(email))
+  assert.equal((await t.app.inject({ method: 'GET', url: `/verify-email?token=${verifyToken}` })).statusCode, 200)
+  await call('POST', `${api}/auth/verify-email`, { body: { token: verifyToken } })
+  await call('POST', `${api}/auth/login`, { body: { email, password: 'not the password' }, status: 401 })
+  const login = (await call('POST', `${api}/auth/login`, { body: { email, password: PASSWORD } })).data
+  const token = login.access_token as string
+  await call('POST', `${api}/auth/refresh`, { body: { refresh_token: login.refresh_token } })
+  await call('GET', `${api}/auth/me`, { token })
+  const other = (await t.post('/auth/login', { email, password: PASSWORD })).json().data
+  const sessions = (await call('GET', `${api}/auth/sessions`, { token })).data.sessions as { id: string; current: boolean }[]
+  await call('DELETE', `${api}/auth/sessions/{id}`, { params: { id: sessions.find((s) => !s.current)!.id }, token })
+  await call('POST', `${api}/auth/logout`, { body: { refresh_token: other.refresh_token } })
+  const list = (await call('POST', `${api}/watchlists`, { token, body: { name: 'Plans', symbols: ['AAPL'] }, status: 201 })).data.watchlist
+  await call('POST', `${api}/watchlists`, { token, body: { name: 'More' }, status: 201 })
+  const page = (await call('GET', `${api}/watchlists`, { token, query: 'limit=1' })).data
+  await call('GET', `${api}/watchlists`, { token, query: `limit=1&cursor=${encodeURIComponent(page.next_cursor)}` })
+  await call('GET', `${api}/watchlists/{id}`, { params: { id: list.id }, token })
+  await call('PATCH', `${api}/watchlists/{id}`, { params: { id: list.id }, token, body: { name: 'Renamed' } })
+  await call('POST', `${api}/watchlists/{id}/symbols`, { params: { id: list.id }, token, body: { symbol: 'MSFT' } })
+  await call('DELETE', `${api}/watchlists/{id}/symbols/{symbol}`, { params: { id: list.id, symbol: 'MSFT' }, token })
+  await call('DELETE', `${api}/watchlists/{id}`, { params: { id: list.id }, token })
+  await call('POST', `${api}/auth/forgot-password`, { body: { email }, status: 202 })
+  await t.app.services.background.drain()
+  const resetToken = tokenFromMail(await t.mail.next(email))
+  assert.equal((await t.app.inject({ method: 'GET', url: `/reset-password?token=${resetToken}` })).statusCode, 200)
+  await call('POST', `${api}/auth/reset-password`, { body: { token: resetToken, password: 'a second passphrase' } })
+  const again = (await t.post('/auth/login', { email, password: 'a second passphrase' })).json().data
+  await call('POST', `${api}/auth/change-password`, { token: again.access_token, body: { current_password: 'a second passphrase', new_password: PASSWORD } })
+  await call('GET', `${api}/auth/me/export`, { token: again.access_token })
+  await call('POST', `${api}/auth/logout-all`, { token: again.access_token })
+  const leaving = await registerVerifyLogin(t, uniqueEmail('leaving'))
+  await call('DELETE', `${api}/auth/me`, { token: leaving.access_token, body: { password: PASSWORD } })
+
+  // The operators' side.
+  const { key } = await t.app.services.apiKeys.create({ name: 'plans', scopes: ['users:read', 'users:write', 'audit:read'], expiresAt: null })
+  const subject = await registerVerifyLogin(t, uniqueEmail('subject'))
+  for (const query of ['limit=1', `email=${encodeURIComponent(subject.email)}`, 'email=plans', 'status=active', 'status=unverified', 'status=disabled', 'email=plans&status=active']) {
+    const users = (await call('GET', `${api}/admin/users`, { token: key, query })).data
+    if (users.next_cursor) await call('GET', `${api}/admin/users`, { token: key, query: `${query}&cursor=${encodeURIComponent(users.next_cursor)}` })
+  }
+  await call('GET', `${api}/admin/users/{id}`, { params: { id: subject.userId }, token: key })
+  await call('POST', `${api}/admin/users/{id}/disable`, { params: { id: subject.userId }, token: key, body: { reason: 'suspended' } })
+  await call('POST', `${api}/admin/users/{id}/enable`, { params: { id: subject.userId }, token: key })
+  await call('POST', `${api}/admin/users/{id}/verify`, { params: { id: subject.userId }, token: key })
+  await call('POST', `${api}/admin/users/{id}/revoke-sessions`, { params: { id: subject.userId }, token: key })
+  const since = new Date(t.clock.now() - 3600_000).toISOString()
+  for (const query of ['limit=1', `user_id=${subject.userId}&limit=1`, 'type=login.succeeded&limit=1', `since=${since}&limit=1`, `until=${new Date(t.clock.now() + 1000).toISOString()}&limit=1`, `type=login.failed&since=${since}`]) {
+    const events = (await call('GET', `${api}/admin/events`, { token: key, query })).data
+    if (events.next_cursor) await call('GET', `${api}/admin/events`, { token: key, query: `${query}&cursor=${encodeURIComponent(events.next_cursor)}` })
+  }
+  await call('DELETE', `${api}/admin/users/{id}`, { params: { id: subject.userId }, token: key })
+  await t.app.services.apiKeys.revoke(key.split('_')[1]!)
+
+  // Operations and the background jobs.
+  for (const path of ['/healthz', '/readyz', '/metrics', '/.well-known/jwks.json']) await call('GET', path)
+  await t.app.services.mailQueue.flush()
+  await t.app.services.feed.poll()
+  await t.app.services.keys.reload()
+  t.clock.advance(400 * 86_400)
+  await t.app.services.retention.runOnce()
+
+  const doc = (await t.app.inject({ method: 'GET', url: '/openapi.json' })).json() as { paths: Record<string, Record<string, unknown>> }
+  const operations = Object.entries(doc.paths).flatMap(([path, methods]) => Object.keys(methods).map((method) => `${method} ${path}`))
+  assert.deepEqual(operations.filter((operation) => !called.has(operation)), [], 'every operation in /openapi.json was exercised')
+}
+
+/** SQLite: a plan line `SCAN <table>` (with or without an index) walks the whole table or index. */
+async function sqliteScans(t: TestApp, text: string): Promise<string[]> {
+  const parameters = (text.match(/\?/g) ?? []).map(() => null)
+  const rows = (await t.app.services.db.kysely.executeQuery<{ detail: string }>(CompiledQuery.raw(`explain query plan ${text}`, parameters))).rows
+  return rows.map((row) => row.detail).filter((detail) => {
+    const scanned = /^SCAN (\w+)/.exec(detail)?.[1]
+    return scanned !== undefined && GROWING.has(scanned)
+  })
+}
+
+interface PgPlanNode {
+  'Node Type': string
+  'Relation Name'?: string
+  'Index Name'?: string
+  'Index Cond'?: string
+  Plans?: PgPlanNode[]
+}
+
+/**
+ * PostgreSQL: the generic plan (as a prepared statement gets) with sequential scans priced out, so
+ * a remaining `Seq Scan` means no index can serve the statement, and an index scan without an
+ * `Index Cond` means it walks a whole index.
+ */
+async function postgresScans(client: pg.Client, text: string): Promise<string[]> {
+  const count = Math.max(0, ...[...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])))
+  await client.query(`prepare plan_probe as ${text}`)
+  try {
+    const explained = await client.query(`explain (format json) execute plan_probe${count ? `(${Array(count).fill('null').join(', ')})` : ''}`)
+    const found: string[] = []
+    const walk = (node: PgPlanNode) => {
+      const relation = node['Relation Name']
+      if (relation && GROWING.has(relation)) {
+        if (node['Node Type'] === 'Seq Scan') found.push(`Seq Scan on ${relation}`)
+        if (/^Index (Only )?Scan$/.test(node['Node Type']) && !node['Index Cond']) found.push(`${node['Node Type']} of all of ${node['Index Name']} on ${relation}`)
+      }
+      for (const child of node.Plans ?? []) walk(child)
+    }
+    walk((explained.rows[0]['QUERY PLAN'] as { Plan: PgPlanNode }[])[0]!.Plan)
+    return found
+  } finally {
+    await client.query('deallocate plan_probe')
+  }
+}
+
+for (const engine of ENGINES) {
+  describe(`query plans on ${engine}`, () => {
+    test('no statement the service prepares scans a table that grows with users', async () => {
+      // Migrated beforehand through a connection of its own: one-off migration statements are not
+      // the service's, and the app's statement list starts with what the service itself runs.
+      const storage = await createStorage(engine)
+      const setup = openDatabase({ databaseUrl: storage.databaseUrl, dataDir: storage.dataDir })
+      await migrate(setup)
+      await setup.close()
+      const t = await startTestApp(engine, { storage, env: { AUDIT_RETENTION_DAYS: '30' } })
+      try {
+        await exerciseEverything(t)
+        const texts = t.app.services.db.statementTexts!().filter((text) => !/kysely_migration/.test(text))
+        assert.ok(texts.length > 60, `the flow prepared ${texts.length} statements`)
+        const problems: string[] = []
+        if (engine === 'sqlite') {
+          for (const text of texts) for (const scan of await sqliteScans(t, text)) problems.push(`${scan}: ${text}`)
+        } else {
+          const client = new pg.Client({ connectionString: t.storage.databaseUrl })
+          await client.connect()
+          try {
+            await client.query('set plan_cache_mode = force_generic_plan')
+            await client.query('set enable_seqscan = off')
+            for (const text of texts) for (const scan of await postgresScans(client, text)) problems.push(`${scan}: ${text}`)
+          } finally {
+            await client.end()
+          }
+        }
+        assert.deepEqual(problems, [])
+      } finally {
+        await t.close()
+        await storage.drop()
+      }
+    })
+  })
+}
