@@ -64,10 +64,14 @@ async function isTokenExpired(response: Response): Promise<boolean> {
   }
 }
 
-/** A JWT's claims, unverified: only used to decide when to refresh, never to trust anything. */
-function claimsOf(jwt: string): { exp?: unknown; iat?: unknown } {
+/**
+ * A JWT's claims, unverified: only used to decide when to refresh and which session is this
+ * client's own, never to trust anything. A malformed token has no claims.
+ */
+function claimsOf(jwt: string): { exp?: unknown; iat?: unknown; sid?: unknown } {
   try {
-    return JSON.parse(atob(jwt.split('.')[1]!.replace(/-/g, '+').replace(/_/g, '/'))) as { exp?: unknown; iat?: unknown }
+    const claims: unknown = JSON.parse(atob(jwt.split('.')[1]!.replace(/-/g, '+').replace(/_/g, '/')))
+    return typeof claims === 'object' && claims !== null ? claims : {}
   } catch {
     return {}
   }
@@ -370,13 +374,24 @@ export class PortcullisClient {
     }
   }
 
+  /**
+   * After a call that ended this client's own session on the server: forgotten here and in the
+   * other tabs, and the cookie cleared. The application asked for it, so onSessionEnd stays quiet;
+   * forgetting first also keeps a call still in flight, refused with INVALID_TOKEN, from reporting
+   * the revocation to onSessionEnd as if it came from elsewhere.
+   */
+  private async endOwnSession(): Promise<void> {
+    await this.forgetTokens()
+    this.tabs?.shareEnded()
+    // Cross-origin, the cookie routes are the only ones the cookie reaches, so only they can clear
+    // it. The session is already dead: a failure here leaves a worthless cookie, not a live one.
+    if (this.transport === 'cookie') await this.request({ method: 'POST', path: '/auth/logout', cookie: true }).catch(() => undefined)
+  }
+
   /** Ends every session of the user; returns how many. */
   async logoutAll(): Promise<number> {
     const { revoked } = await this.request<{ revoked: number }>({ method: 'POST', path: '/auth/logout-all', bearer: true })
-    // The cookie routes are the only ones that may clear the cookie in a cross-origin browser.
-    if (this.transport === 'cookie') await this.request({ method: 'POST', path: '/auth/logout', cookie: true }).catch(() => undefined)
-    await this.forgetTokens()
-    this.tabs?.shareEnded()
+    await this.endOwnSession()
     return revoked
   }
 
@@ -384,8 +399,16 @@ export class PortcullisClient {
     return (await this.request<{ sessions: Session[] }>({ method: 'GET', path: '/auth/sessions', bearer: true })).sessions
   }
 
-  revokeSession(id: string): Promise<SessionRevocation> {
-    return this.request({ method: 'DELETE', path: `/auth/sessions/${encodeURIComponent(id)}`, bearer: true })
+  /** Revokes one of the user's sessions; when it is this client's own, ends it here as logoutAll does. */
+  async revokeSession(id: string): Promise<SessionRevocation> {
+    // This client's session is the access token's `sid` claim (API.md, "Tokens"), read locally:
+    // listSessions' `current` would add a round trip before every revocation (after it, that call
+    // is refused) for an answer the token already carries.
+    const { sid } = claimsOf((await this.accessToken()) ?? '')
+    const revoked = await this.request<SessionRevocation>({ method: 'DELETE', path: `/auth/sessions/${encodeURIComponent(id)}`, bearer: true })
+    // Session ids are UUIDs, which compare without regard to case.
+    if (typeof sid === 'string' && sid.toLowerCase() === id.toLowerCase()) await this.endOwnSession()
+    return revoked
   }
 
   async forgotPassword(email: string): Promise<void> {
@@ -408,12 +431,11 @@ export class PortcullisClient {
 
   /**
    * Deletes the account for good (needs the current password); every session ends, here and in
-   * the other tabs.
+   * the other tabs, and the cookie is cleared.
    */
   async deleteAccount(password: string): Promise<AccountDeletion> {
     const deleted = await this.request<AccountDeletion>({ method: 'DELETE', path: '/auth/me', body: { password }, bearer: true })
-    await this.forgetTokens()
-    this.tabs?.shareEnded()
+    await this.endOwnSession()
     return deleted
   }
 

@@ -1,42 +1,9 @@
 import assert from 'node:assert/strict'
-import { existsSync, readFileSync } from 'node:fs'
-import { createServer, type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
-import path from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import type { Browser, BrowserContext, Page } from 'playwright-core'
-import { launchBrowser } from '../helpers/browser.ts'
+import { launchBrowser, serveClientApp } from '../helpers/browser.ts'
 import { ENGINES } from '../helpers/db.ts'
 import { freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
-
-const CLIENT_DIR = path.resolve('dist/client')
-
-/**
- * A single-page application's origin: one HTML page that loads the bundled client (dist/client,
- * as built by `npm run build`) as an ES module and exposes it to the test.
- */
-async function serveApp(apiBase: string): Promise<{ server: Server; origin: string }> {
-  if (!existsSync(path.join(CLIENT_DIR, 'index.js'))) throw new Error('dist/client is missing: npm run build')
-  const page = `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>App</title></head><body>
-<script type="module">
-import * as portcullis from '/client/index.js'
-window.ended = []
-window.makeClient = () => new portcullis.PortcullisClient({ baseUrl: ${JSON.stringify(apiBase)}, transport: 'cookie', onSessionEnd: (event) => window.ended.push(event.reason) })
-window.client = window.makeClient()
-window.ready = true
-</script></body></html>`
-  const server = createServer((request, response) => {
-    const url = new URL(request.url ?? '/', 'http://x')
-    if (url.pathname === '/') return response.writeHead(200, { 'content-type': 'text/html' }).end(page)
-    const file = /^\/client\/([a-z]+\.js)$/.exec(url.pathname)?.[1]
-    if (file && existsSync(path.join(CLIENT_DIR, file))) {
-      return response.writeHead(200, { 'content-type': 'text/javascript' }).end(readFileSync(path.join(CLIENT_DIR, file)))
-    }
-    response.writeHead(404).end()
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return { server, origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}` }
-}
 
 describe('the client in a real browser, cookie transport', () => {
   let browser: Browser
@@ -50,16 +17,16 @@ describe('the client in a real browser, cookie transport', () => {
   for (const engine of ENGINES) {
     describe(`on ${engine}`, () => {
       let t: TestApp
-      let app: { server: Server; origin: string }
-      let foreign: { server: Server; origin: string }
+      let app: Awaited<ReturnType<typeof serveClientApp>>
+      let foreign: Awaited<ReturnType<typeof serveClientApp>>
       let context: BrowserContext
 
       before(async () => {
         const port = await freePort()
         const apiOrigin = `http://127.0.0.1:${port}`
         // The application's origin is only known once it listens; the API's CORS list needs it first.
-        app = await serveApp(`${apiOrigin}/api/v1`)
-        foreign = await serveApp(`${apiOrigin}/api/v1`)
+        app = await serveClientApp(`${apiOrigin}/api/v1`)
+        foreign = await serveClientApp(`${apiOrigin}/api/v1`)
         t = await startTestApp(engine, { env: { PORT: String(port), PUBLIC_URL: apiOrigin, CORS_ORIGINS: app.origin } })
         await t.app.listen({ port, host: '127.0.0.1' })
         context = await browser.newContext()
@@ -67,7 +34,7 @@ describe('the client in a real browser, cookie transport', () => {
       after(async () => {
         await context?.close()
         await t?.close()
-        for (const served of [app, foreign]) await new Promise((resolve) => served?.server.close(resolve))
+        for (const served of [app, foreign]) await served?.close()
       })
 
       const refreshCount = async () =>

@@ -124,6 +124,61 @@ for (const engine of ENGINES) {
       assert.deepEqual(await client.verifyEmail(tokenFromMail(await t.mail.next(fresh))), { email: fresh, verified: true })
     })
 
+    test('revoking its own session forgets it here without calling onSessionEnd; revoking another keeps it', async () => {
+      const ended: string[] = []
+      const { client, email } = await loggedIn({ onSessionEnd: ({ reason }) => ended.push(reason) })
+      await newClient().login({ email, password: PASSWORD })
+      const sessions = await client.listSessions()
+      await client.revokeSession(sessions.find((session) => !session.current)!.id)
+      assert.equal((await client.me()).email, email)
+      const own = sessions.find((session) => session.current)!.id
+      assert.deepEqual(await client.revokeSession(own), { id: own, revoked: true })
+      const before = sent.length
+      assert.equal((await failure(client.me())).code, 'AUTH_REQUIRED', 'the tokens were forgotten')
+      assert.deepEqual(sent.slice(before), [`${t.base}/auth/me`], 'nothing refreshed')
+      assert.deepEqual(ended, [], 'the application asked for it')
+    })
+
+    test('a malformed access token is no reason for revokeSession to fail before asking the server', async () => {
+      const storage = memoryStorage()
+      await storage.save({ accessToken: `e30.${Buffer.from('null').toString('base64url')}.sig`, refreshToken: 'unused' })
+      const client = newClient({ storage })
+      await assert.rejects(client.revokeSession('00000000-0000-4000-8000-000000000000'), { code: 'INVALID_TOKEN', status: 401 })
+    })
+
+    test('cookie transport: logoutAll, revoking its own session and deleting the account end with the cookie logout, whose failure is no failure', async () => {
+      const calls: string[] = []
+      let logoutFails = false
+      const recording: typeof fetch = async (input, init) => {
+        const { pathname } = new URL(String(input))
+        const cookieMode = new Headers(init?.headers).get('x-token-transport') === 'cookie'
+        calls.push(`${init?.method} ${pathname.slice(t.base.length)}${cookieMode ? ' (cookie)' : ''}`)
+        if (logoutFails && pathname.endsWith('/auth/logout')) throw new TypeError('fetch failed')
+        return fetch(input, init)
+      }
+      const { client, email } = await loggedIn({ transport: 'cookie', fetch: recording })
+      const relogin = async () => {
+        await client.login({ email, password: PASSWORD })
+        calls.length = 0
+      }
+
+      await relogin()
+      assert.equal(await client.logoutAll(), 2)
+      assert.deepEqual(calls, ['POST /auth/logout-all', 'POST /auth/logout (cookie)'])
+
+      await relogin()
+      const own = (await client.listSessions()).find((session) => session.current)!.id
+      await client.revokeSession(own)
+      assert.deepEqual(calls, ['GET /auth/sessions', `DELETE /auth/sessions/${own}`, 'POST /auth/logout (cookie)'])
+      assert.equal((await failure(client.me())).code, 'AUTH_REQUIRED')
+
+      await relogin()
+      logoutFails = true
+      assert.equal((await client.deleteAccount(PASSWORD)).deleted, true)
+      assert.deepEqual(calls, ['DELETE /auth/me', 'POST /auth/logout (cookie)'])
+      assert.equal((await failure(client.me())).code, 'AUTH_REQUIRED')
+    })
+
     test('every watchlist method, with pagination', async () => {
       const { client } = await loggedIn()
       const created = await client.createWatchlist({ name: 'Tech', symbols: ['aapl', 'msft'] })

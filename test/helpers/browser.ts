@@ -1,5 +1,7 @@
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs'
+import { createServer } from 'node:http'
 import { createRequire } from 'node:module'
+import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { chromium, type Browser, type Page } from 'playwright-core'
@@ -41,4 +43,34 @@ export async function seriousViolations(page: Page): Promise<AxeViolation[]> {
 /** A folder for one test file's screenshots, kept after the run so they can be looked at. */
 export function screenshotDir(name: string): string {
   return mkdtempSync(path.join(tmpdir(), `portcullis-${name}-`))
+}
+
+/**
+ * An application's origin: one page that loads the bundled client (dist/client, as built by
+ * `npm run build`) as an ES module, with `window.client` in cookie transport against `apiBase`,
+ * `window.makeClient()` for another, and `window.ended` collecting onSessionEnd's reasons.
+ */
+export async function serveClientApp(apiBase: string): Promise<{ origin: string; close(): Promise<void> }> {
+  const dir = path.resolve('dist/client')
+  if (!existsSync(path.join(dir, 'index.js'))) throw new Error('dist/client is missing: npm run build')
+  const html = `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>App</title></head><body>
+<script type="module">
+import { PortcullisClient } from '/client/index.js'
+window.ended = []
+window.makeClient = () => new PortcullisClient({ baseUrl: ${JSON.stringify(apiBase)}, transport: 'cookie', onSessionEnd: (event) => window.ended.push(event.reason) })
+window.client = window.makeClient()
+window.ready = true
+</script></body></html>`
+  const server = createServer((request, response) => {
+    const { pathname } = new URL(request.url ?? '/', 'http://app')
+    if (pathname === '/') return response.writeHead(200, { 'content-type': 'text/html' }).end(html)
+    const file = /^\/client\/([a-z]+\.js)$/.exec(pathname)?.[1]
+    if (file && existsSync(path.join(dir, file))) return response.writeHead(200, { 'content-type': 'text/javascript' }).end(readFileSync(path.join(dir, file)))
+    response.writeHead(404).end()
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return {
+    origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  }
 }
