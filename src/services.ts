@@ -11,6 +11,7 @@ import { ApiKeyService } from './admin/api-keys.ts'
 import { AdminService } from './admin/service.ts'
 import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
 import { SessionGate } from './auth/revocation.ts'
+import { SessionOpener } from './auth/sessions.ts'
 import { AuthService } from './auth/service.ts'
 import { REFRESH_TTL_SECONDS, TokenService } from './auth/tokens.ts'
 import { Background } from './background.ts'
@@ -125,8 +126,9 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const { db, clock, sealer, keys, mailQueue, commits, feed, gate, background, limits, hasher } = infra
   const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock, ...(overrides.tokenCacheSize ? { cacheSize: overrides.tokenCacheSize } : {}) })
   const brand = { appName: config.appName }
+  const sessions = new SessionOpener({ tokens, clock, commits })
   const auth = new AuthService({
-    db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand, commits,
+    db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand, commits, sessions,
     requireEmailVerification: config.requireEmailVerification,
     verifyEmailUrl: config.verifyEmailUrl,
   })

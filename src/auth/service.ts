@@ -14,6 +14,7 @@ import type { SessionGate } from './revocation.ts'
 import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from './input.ts'
 import { hashOneTimeToken, issueOneTimeToken, VERIFICATION_TTL_MS } from './one-time-tokens.ts'
 import { passwordProblems, type PasswordHasher } from './passwords.ts'
+import { assuranceOf, PASSWORD_ONLY, type SessionOpener } from './sessions.ts'
 import { ACCESS_TTL_SECONDS, type TokenService } from './tokens.ts'
 
 export interface Principal {
@@ -33,6 +34,8 @@ export interface AuthServiceDeps {
   logger: Logger
   /** Joins small writes into shared commits (src/db/group-commit.ts). */
   commits: GroupCommit
+  /** Opens the session every successful sign-in ends with. */
+  sessions: SessionOpener
   requireEmailVerification: boolean
   verifyEmailUrl: string
   brand: MailBrand
@@ -177,33 +180,7 @@ export class AuthService {
 
     if (this.deps.hasher.needsRehash(user.password_hash)) await this.upgradeHash(user, input.password)
 
-    const now = this.deps.clock.now()
-    const sessionId = randomUUID()
-    const [access, refresh] = await Promise.all([
-      this.deps.tokens.signAccess(user.id, sessionId),
-      this.deps.tokens.signRefresh(user.id, sessionId),
-    ])
-    // Committed (with others under load) before the tokens are handed out.
-    await this.deps.commits.run(async (trx) => {
-      await sessions.insert(trx, {
-        id: sessionId,
-        user_id: user.id,
-        created_at: now,
-        last_used_at: now,
-        expires_at: refresh.expiresAt,
-        revoked_at: null,
-        user_agent: context.userAgent?.slice(0, 512) ?? null,
-        ip: context.ip,
-      })
-      await users.setLastLogin(trx, user.id, now)
-      await recordEvent(trx, this.deps.clock, { type: 'login.succeeded', userId: user.id, context })
-    })
-    return {
-      access_token: access.token,
-      refresh_token: refresh.token,
-      token_type: 'bearer' as const,
-      expires_in: ACCESS_TTL_SECONDS,
-    }
+    return this.deps.sessions.open(user.id, PASSWORD_ONLY, context)
   }
 
   private assertUsable(user: Pick<UserRow, 'status' | 'email_verified_at'>): void {
@@ -244,7 +221,8 @@ export class AuthService {
       await sessions.touch(trx, sid, now)
       await recordEvent(trx, this.deps.clock, { type: 'token.refreshed', userId: sub, context })
     })
-    const access = await this.deps.tokens.signAccess(sub, sid)
+    // The new access token asserts what the session holds now (a step-up since is carried).
+    const access = await this.deps.tokens.signAccess(sub, sid, assuranceOf(state))
     return { access_token: access.token, expires_in: ACCESS_TTL_SECONDS }
   }
 

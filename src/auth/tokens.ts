@@ -19,6 +19,17 @@ const MAX_TOKEN_LENGTH = 4096
 const utf8 = new TextDecoder()
 const MAX_KID_LENGTH = 128
 
+/**
+ * How the session behind an access token was authenticated (API.md, Tokens): RFC 8176 `amr`,
+ * `acr` (`aal1` or `aal2`) and when it was last verified (ms; the claim `auth_time` is seconds).
+ * A resource server can demand `acr: "aal2"` with nothing but the JWKS.
+ */
+export interface Assurance {
+  amr: string[]
+  acr: 'aal1' | 'aal2'
+  authTime: number
+}
+
 export interface TokenClaims {
   sub: string
   sid: string
@@ -119,8 +130,14 @@ export class TokenService {
     return { token: await signCompact(header, claims, signer), expiresAt: (iat + ttl) * 1000 }
   }
 
-  signAccess(userId: string, sessionId: string) {
-    return this.sign('access', userId, sessionId, ACCESS_TTL_SECONDS, { aud: this.options.audience, client_id: CLIENT_ID })
+  signAccess(userId: string, sessionId: string, assurance: Assurance) {
+    return this.sign('access', userId, sessionId, ACCESS_TTL_SECONDS, {
+      aud: this.options.audience,
+      client_id: CLIENT_ID,
+      amr: assurance.amr,
+      acr: assurance.acr,
+      auth_time: Math.floor(assurance.authTime / 1000),
+    })
   }
 
   /** The refresh token's audience is this service itself: it is never meant for a resource server. */

@@ -13,6 +13,7 @@ import { changeFeed } from './migrations/0005_change_feed.ts'
 import * as m0006 from './migrations/0006_operators.ts'
 import * as m0007 from './migrations/0007_audit_writes.ts'
 import { scale } from './migrations/0008_scale.ts'
+import * as m0009 from './migrations/0009_session_assurance.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -209,6 +210,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0006_operators': m0006,
     '0007_audit_writes': m0007,
     '0008_scale': scale(engine),
+    '0009_session_assurance': m0009,
   }
 }
 

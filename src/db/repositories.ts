@@ -25,7 +25,7 @@ const sessionAuthState = hotQuery<{ id: string }, SessionAuthState>((db, arg) =>
   db
     .selectFrom('sessions')
     .innerJoin('users', 'users.id', 'sessions.user_id')
-    .select(['sessions.user_id', 'sessions.expires_at', 'sessions.revoked_at', 'users.status', 'users.email_verified_at'])
+    .select(['sessions.user_id', 'sessions.expires_at', 'sessions.revoked_at', 'sessions.amr', 'sessions.acr', 'sessions.auth_time', 'sessions.created_at', 'users.status', 'users.email_verified_at'])
     .where('sessions.id', '=', arg('id')),
 )
 const watchlistPage = hotQuery<{ userId: string; after: number; limit: number }, WatchlistRow>((db, arg) =>
@@ -151,6 +151,10 @@ export interface SessionAuthState {
   user_id: string
   expires_at: number
   revoked_at: number | null
+  amr: string
+  acr: SessionRow['acr']
+  auth_time: number | null
+  created_at: number
   status: UserRow['status']
   email_verified_at: number | null
 }

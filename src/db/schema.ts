@@ -25,6 +25,11 @@ export interface SessionsTable {
   revoked_at: number | null
   user_agent: string | null
   ip: string | null
+  /** RFC 8176 methods, space-separated: `pwd`, `otp`, `hwk`, `user`, `fed`, `mfa`. */
+  amr: string
+  acr: 'aal1' | 'aal2'
+  /** When the session was last verified (login, a second factor, step-up); null: at creation. */
+  auth_time: number | null
 }
 
 export type OneTimeTokenPurpose = 'verify_email' | 'reset_password'

@@ -238,6 +238,28 @@ for (const engine of ENGINES) {
         assert.equal(refresh.exp! - refresh.iat!, 7 * 24 * 3600)
         assert.equal(refresh.sid, access.sid)
         assert.notEqual(refresh.jti, access.jti)
+        assert.equal(refresh.amr, undefined, 'the assurance claims are for resource servers: access tokens only')
+      })
+
+      test('a password login asserts amr ["pwd"], acr aal1 and auth_time; refresh carries what the session holds', async () => {
+        const loginAt = Math.floor(t.clock.now() / 1000)
+        const { access_token, refresh_token } = await registerVerifyLogin(t)
+        const access = decodeJwt(access_token)
+        assert.deepEqual(access.amr, ['pwd'])
+        assert.equal(access.acr, 'aal1')
+        assert.equal(access.auth_time, loginAt)
+
+        // Ten minutes on, refresh keeps the login's auth_time: a refresh verifies nothing new.
+        t.clock.advance(600)
+        const refreshed = decodeJwt((await t.post('/auth/refresh', { refresh_token })).json().data.access_token)
+        assert.deepEqual([refreshed.amr, refreshed.acr, refreshed.auth_time], [['pwd'], 'aal1', loginAt])
+        assert.equal(refreshed.iat, loginAt + 600)
+
+        // Once the session holds more (as a second factor verified in it will make it), refresh asserts that.
+        const stepped = Math.floor(t.clock.now() / 1000)
+        await t.app.services.db.kysely.updateTable('sessions').set({ amr: 'pwd otp mfa', acr: 'aal2', auth_time: t.clock.now() }).where('id', '=', access.sid as string).execute()
+        const after = decodeJwt((await t.post('/auth/refresh', { refresh_token })).json().data.access_token)
+        assert.deepEqual([after.amr, after.acr, after.auth_time], [['pwd', 'otp', 'mfa'], 'aal2', stepped])
       })
 
       test('another service verifies an access token with nothing but the published JWKS', async () => {

@@ -1,0 +1,76 @@
+import { randomUUID } from 'node:crypto'
+import { recordEvent, type AuditType, type RequestContext } from '../audit/events.ts'
+import type { Clock } from '../clock.ts'
+import type { GroupCommit } from '../db/group-commit.ts'
+import { sessions, users, type SessionRow } from '../db/repositories.ts'
+import { ACCESS_TTL_SECONDS, type Assurance, type TokenService } from './tokens.ts'
+
+/** RFC 8176 authentication method references a session can carry. */
+export type AuthMethod = 'pwd' | 'otp' | 'hwk' | 'user' | 'fed' | 'mfa'
+
+/** How a sign-in was proven: its methods and the assurance level they reach (NIST SP 800-63B). */
+export interface SignIn {
+  amr: AuthMethod[]
+  acr: 'aal1' | 'aal2'
+}
+
+/** A password alone. */
+export const PASSWORD_ONLY: SignIn = { amr: ['pwd'], acr: 'aal1' }
+
+/** The seed's login body. */
+export interface LoginBody {
+  access_token: string
+  refresh_token: string
+  token_type: 'bearer'
+  expires_in: number
+}
+
+/** What the tokens of a stored session assert: the session holds it, refresh carries it. */
+export function assuranceOf(row: Pick<SessionRow, 'amr' | 'acr' | 'auth_time' | 'created_at'>): Assurance {
+  return { amr: row.amr.split(' ').filter(Boolean), acr: row.acr, authTime: row.auth_time ?? row.created_at }
+}
+
+export interface SessionOpenerDeps {
+  tokens: TokenService
+  clock: Clock
+  /** Joins small writes into shared commits (src/db/group-commit.ts). */
+  commits: GroupCommit
+}
+
+/**
+ * Where every way in ends (a password, a second factor, a passkey, an identity provider): the one
+ * place a session is created, with the methods that proved it, and its two tokens signed. Callers
+ * have already decided the user may have a session; nothing here checks a credential.
+ */
+export class SessionOpener {
+  constructor(private readonly deps: SessionOpenerDeps) {}
+
+  async open(userId: string, signIn: SignIn, context: RequestContext, audit: { type: AuditType; reason?: string } = { type: 'login.succeeded' }): Promise<LoginBody> {
+    const now = this.deps.clock.now()
+    const sessionId = randomUUID()
+    const assurance: Assurance = { amr: signIn.amr, acr: signIn.acr, authTime: now }
+    const [access, refresh] = await Promise.all([
+      this.deps.tokens.signAccess(userId, sessionId, assurance),
+      this.deps.tokens.signRefresh(userId, sessionId),
+    ])
+    // Committed (with others under load) before the tokens are handed out.
+    await this.deps.commits.run(async (trx) => {
+      await sessions.insert(trx, {
+        id: sessionId,
+        user_id: userId,
+        created_at: now,
+        last_used_at: now,
+        expires_at: refresh.expiresAt,
+        revoked_at: null,
+        user_agent: context.userAgent?.slice(0, 512) ?? null,
+        ip: context.ip,
+        amr: signIn.amr.join(' '),
+        acr: signIn.acr,
+        auth_time: now,
+      })
+      await users.setLastLogin(trx, userId, now)
+      await recordEvent(trx, this.deps.clock, { type: audit.type, userId, reason: audit.reason ?? null, context })
+    })
+    return { access_token: access.token, refresh_token: refresh.token, token_type: 'bearer', expires_in: ACCESS_TTL_SECONDS }
+  }
+}
