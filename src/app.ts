@@ -15,6 +15,7 @@ import { lazySerializers } from './http/serialization.ts'
 import { installValidation } from './http/validation.ts'
 import { HandlersInFlight } from './http/in-flight.ts'
 import { lazyRequestLogger, logDestination, REDACT_PATHS, requestLineLogger, serializeError } from './logger.ts'
+import { protectedMfaRoutes, publicMfaRoutes, recentSecondFactor } from './mfa/routes.ts'
 import { pageRoutes } from './pages/routes.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
 import { watchlistRoutes } from './watchlists/routes.ts'
@@ -127,7 +128,9 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
 
   await registerApiDocs(app, config.publicUrl)
 
-  const { auth, lifecycle, dataRights, admin, apiKeys, db, keys, watchlists, limits, hasher, metrics, readiness } = services
+  const { auth, mfa, lifecycle, dataRights, admin, apiKeys, db, keys, watchlists, limits, hasher, metrics, readiness } = services
+  // The sensitive actions need a recent second factor when the account has one (src/mfa/).
+  const recent = recentSecondFactor(mfa)
   await app.register(opsRoutes, { db, keys, metrics, readiness })
   // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
   await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand: { appName: config.appName, appUrl: config.appUrl }, ownOrigin: new URL(config.publicUrl).origin })
@@ -136,12 +139,14 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       await api.register(async (open) => {
         await publicAuthRoutes(open, auth, limits, hasher, cookies)
         await publicLifecycleRoutes(open, lifecycle, limits, hasher, cookies)
+        await publicMfaRoutes(open, mfa, limits, cookies)
       })
       await api.register(async (scope) => {
         protect(scope, auth)
         await protectedAuthRoutes(scope, auth)
-        await protectedLifecycleRoutes(scope, lifecycle, hasher, cookies)
-        await dataRightsRoutes(scope, dataRights, limits, hasher, cookies)
+        await protectedLifecycleRoutes(scope, lifecycle, hasher, cookies, recent)
+        await dataRightsRoutes(scope, dataRights, limits, hasher, cookies, recent)
+        await protectedMfaRoutes(scope, mfa, recent)
         await watchlistRoutes(scope, watchlists)
       })
       // Operators: API keys, never a user's token (src/admin/).

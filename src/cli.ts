@@ -9,6 +9,7 @@ import { ConfigError, loadConfig, type Config } from './config.ts'
 import { migrate, openDatabase, type Db } from './db/index.ts'
 import { signingKeys } from './db/repositories.ts'
 import { rewrapWaitingMail } from './mail/queue.ts'
+import { resetSecondFactors, rewrapTotpSecrets } from './mfa/service.ts'
 
 /** A wrong command line: exit 2 with the usage of what was meant. */
 class UsageError extends Error {
@@ -163,6 +164,23 @@ const commands: Command[] = [
       }),
   },
   {
+    name: 'users mfa-reset',
+    args: 'EMAIL',
+    summary: 'remove every second factor and recovery code of an account and revoke its sessions (the user is mailed)',
+    positionals: 1,
+    run: (context) => {
+      const config = loadConfig(context.env)
+      return withDatabase(config, async (db) => {
+        const sealer = await sealerFor(config, db, context.io)
+        const service = new AccountService(db, context.clock)
+        const reset = (trx: Db['kysely'], user: { id: string; email: string }) => resetSecondFactors(trx, user, { sealer, brand: { appName: config.appName }, now: context.clock.now() })
+        const done = await service.resetMfa(context.positionals[0]!, reset)
+        context.io.out(`${done.email}: ${done.factors} second factor(s) removed, ${done.revoked} session(s) revoked`)
+        return 0
+      })
+    },
+  },
+  {
     name: 'users delete',
     args: 'EMAIL',
     summary: 'delete an account and everything stored for it (its audit events stay, without the address)',
@@ -230,8 +248,8 @@ const commands: Command[] = [
       const from = new KeySealer(config.oldKeyEncryptionKey)
       const to = new KeySealer(config.keyEncryptionKey)
       return withDatabase(config, async (db) => {
-        const count = await rewrapStoredKeys(db, from, to, [rewrapWaitingMail])
-        io.out(`re-encrypted ${count} stored key(s) and queued mail(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
+        const count = await rewrapStoredKeys(db, from, to, [rewrapWaitingMail, rewrapTotpSecrets])
+        io.out(`re-encrypted ${count} stored key(s), queued mail(s) and second-factor secret(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
         return 0
       })
     },

@@ -43,6 +43,7 @@ const EnvSchema = Type.Object({
   HASH_WAIT_SECONDS: Type.Integer({ minimum: 1, maximum: 60, default: 5 }),
   MAIL_MAX_AGE_HOURS: Type.Integer({ minimum: 1, maximum: 720, default: 24 }),
   MAIL_LEASE_SECONDS: Type.Integer({ minimum: 1, maximum: 3600, default: 120 }),
+  MFA_STEP_UP_SECONDS: Type.Integer({ minimum: 30, maximum: 86_400, default: 600 }),
   AUDIT_RETENTION_DAYS: Type.Integer({ minimum: 0, maximum: 36_500, default: 365 }),
   RETENTION_INTERVAL_SECONDS: Type.Integer({ minimum: 1, maximum: 86_400, default: 3600 }),
   KEY_ENCRYPTION_KEY: Type.Optional(Type.String({ minLength: 1 })),
@@ -198,6 +199,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     oldKeyEncryptionKey,
     /** The durable mail queue: give up after this age; a claimed mail is one instance's for the lease. */
     mailQueue: { maxAgeMs: env.MAIL_MAX_AGE_HOURS * 3600_000, leaseMs: env.MAIL_LEASE_SECONDS * 1000 },
+    /** How recent a second factor must be for the sensitive actions (API.md, step-up). */
+    mfaStepUpMs: env.MFA_STEP_UP_SECONDS * 1000,
     /** What is deleted, and how often: ended sessions, spent tokens, mail records, old audit events (src/retention.ts). */
     retention: { intervalMs: env.RETENTION_INTERVAL_SECONDS * 1000, auditDays: env.AUDIT_RETENTION_DAYS },
     /** After SIGTERM: how long /readyz says 503 while everything else is still served (5 s in production). */

@@ -25,6 +25,9 @@ export const ErrorCodes = {
   INVALID_API_KEY: { status: 401, message: 'The API key is not valid.' },
   INSUFFICIENT_SCOPE: { status: 403, message: 'The API key lacks the scope this route needs.' },
   ORIGIN_NOT_ALLOWED: { status: 403, message: 'This origin may not use the browser session cookie.' },
+  MFA_REQUIRED: { status: 403, message: 'A second factor is required.' },
+  INVALID_MFA_CODE: { status: 401, message: 'The code is wrong, already used or expired.' },
+  INVALID_MFA_TOKEN: { status: 401, message: 'The mfa_token is unknown, used or expired; log in again.' },
   RATE_LIMITED: { status: 429, message: 'Too many requests; try again later.' },
   INTERNAL_ERROR: { status: 500, message: 'An internal error occurred.' },
   SERVICE_UNAVAILABLE: { status: 503, message: 'The service is temporarily unavailable; try again later.' },
@@ -36,6 +39,11 @@ export interface ErrorDetail {
   field: string
   message: string
 }
+
+/** What an MFA_REQUIRED answer carries in `error.mfa` (API.md, Second factors). */
+export type MfaChallenge =
+  | { mfa_token: string; expires_in: number; methods: string[] }
+  | { step_up: true; methods: string[] }
 
 /**
  * An answer the service gives on purpose (a wrong password, a refusal under load), not a fault, so
@@ -49,10 +57,12 @@ export class AppError extends Error {
   readonly details: ErrorDetail[] | undefined
   /** Extra response headers the error must carry (WWW-Authenticate, Retry-After, Allow). */
   readonly headers: Record<string, string>
+  /** MFA_REQUIRED only: the challenge, answered as `error.mfa`. */
+  readonly mfa: MfaChallenge | undefined
 
   constructor(
     code: ErrorCode,
-    options: { message?: string; details?: ErrorDetail[]; cause?: unknown; headers?: Record<string, string> } = {},
+    options: { message?: string; details?: ErrorDetail[]; cause?: unknown; headers?: Record<string, string>; mfa?: MfaChallenge } = {},
   ) {
     const stackLimit = Error.stackTraceLimit
     Error.stackTraceLimit = 0
@@ -63,5 +73,6 @@ export class AppError extends Error {
     this.status = ErrorCodes[code].status
     this.details = options.details
     this.headers = options.headers ?? {}
+    this.mfa = options.mfa
   }
 }

@@ -5,6 +5,7 @@ import { oneTimeTokens, sessions } from './db/repositories.ts'
 import type { Logger } from './logger.ts'
 import { outbox } from './mail/outbox.ts'
 import { MAIL_RECORD_KEEP_MS } from './mail/queue.ts'
+import { challenges } from './mfa/store.ts'
 
 export interface RetentionOptions {
   /** How often a pass runs (RETENTION_INTERVAL_SECONDS). */
@@ -26,6 +27,7 @@ const DEFAULT_BATCH = 500
 
 export interface RetentionPass {
   sessions: number
+  /** Verification and reset tokens, and mfa_tokens. */
   oneTimeTokens: number
   auditEvents: number
   mail: number
@@ -80,7 +82,7 @@ export class Retention {
     const ended = now - RETENTION_GRACE_MS
     const deleted: RetentionPass = {
       sessions: await this.drain((limit) => sessions.deleteEnded(kysely, ended, limit)),
-      oneTimeTokens: await this.drain((limit) => oneTimeTokens.deleteExpired(kysely, ended, limit)),
+      oneTimeTokens: await this.drain(async (limit) => (await oneTimeTokens.deleteExpired(kysely, ended, limit)) + (await challenges.deleteExpired(kysely, ended, limit))),
       mail: await this.drain((limit) => outbox.deleteClosed(kysely, now - MAIL_RECORD_KEEP_MS, limit)),
       auditEvents: this.options.auditDays > 0 ? await this.drain((limit) => auditStore.deleteOlderThan(kysely, now - this.options.auditDays * 86_400_000, limit)) : 0,
     }

@@ -12,6 +12,8 @@ import { AdminService } from './admin/service.ts'
 import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
 import { SessionGate } from './auth/revocation.ts'
 import { SessionOpener } from './auth/sessions.ts'
+import { SecretHasher } from './mfa/codes.ts'
+import { MfaService } from './mfa/service.ts'
 import { AuthService } from './auth/service.ts'
 import { REFRESH_TTL_SECONDS, TokenService } from './auth/tokens.ts'
 import { Background } from './background.ts'
@@ -58,6 +60,7 @@ export interface AppServices {
   sealer: KeySealer
   tokens: TokenService
   auth: AuthService
+  mfa: MfaService
   lifecycle: LifecycleService
   accounts: AccountService
   dataRights: DataRights
@@ -127,8 +130,13 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock, ...(overrides.tokenCacheSize ? { cacheSize: overrides.tokenCacheSize } : {}) })
   const brand = { appName: config.appName }
   const sessions = new SessionOpener({ tokens, clock, commits })
+  const mfa = new MfaService({
+    db, clock, sealer, sessions, tokens, limits, mailQueue, brand,
+    hasher: new SecretHasher(await sealedSecret(db, sealer, 'mfa_hmac', clock.now())),
+    stepUpMs: config.mfaStepUpMs,
+  })
   const auth = new AuthService({
-    db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand, commits, sessions,
+    db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand, commits, sessions, secondFactor: mfa,
     requireEmailVerification: config.requireEmailVerification,
     verifyEmailUrl: config.verifyEmailUrl,
   })
@@ -137,10 +145,10 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const cursors = new CursorCodec(await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now()))
   const watchlists = new WatchlistService(db, clock, cursors)
   const audit = new AuditLog(db)
-  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists })
+  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa })
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
-  const admin = new AdminService(db, clock, accounts, audit, cursors)
-  return { tokens, auth, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin }
+  const admin = new AdminService(db, clock, accounts, audit, cursors, mfa)
+  return { tokens, auth, mfa, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {

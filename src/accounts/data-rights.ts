@@ -7,6 +7,7 @@ import type { Principal } from '../auth/service.ts'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
 import type { AuditLog } from '../audit/service.ts'
 import type { Limits } from '../limits/limits.ts'
+import type { MfaService } from '../mfa/service.ts'
 import type { WatchlistService } from '../watchlists/service.ts'
 import { statusOf, UnknownUserError, type AccountService } from './service.ts'
 import { accountStore } from './store.ts'
@@ -19,6 +20,8 @@ export interface DataRightsDeps {
   accounts: AccountService
   audit: AuditLog
   watchlists: WatchlistService
+  /** The second-factor module: the confirmed factors, never a secret. */
+  secondFactors: Pick<MfaService, 'summaryOf'>
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
@@ -61,11 +64,12 @@ export class DataRights {
     const user = await users.findById(db, principal.userId)
     if (!user) throw new AppError('INVALID_TOKEN')
     await recordEvent(db, this.deps.clock, { type: 'account.exported', userId: user.id, context })
-    const [sessions, watchlists, events, mail] = await Promise.all([
+    const [sessions, watchlists, events, mail, secondFactors] = await Promise.all([
       accountStore.allSessions(db, user.id),
       this.deps.watchlists.allOf(user.id),
       this.deps.audit.ofUser(user.id),
       accountStore.mailOf(db, user.id),
+      this.deps.secondFactors.summaryOf(user.id),
     ])
     return {
       user: {
@@ -92,6 +96,7 @@ export class DataRights {
       })),
       watchlists,
       events,
+      factors: secondFactors.factors,
       mail: mail.map((message) => ({
         id: message.id,
         kind: message.kind,

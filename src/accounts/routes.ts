@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, preHandlerHookHandler } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
 import { Accepted, EmailBody, RefreshTokenBody } from '../auth/schemas.ts'
@@ -53,7 +53,7 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
   })
 }
 
-export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, hasher: { saturated(): boolean }, cookies: CookieTransport): Promise<void> {
+export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, hasher: { saturated(): boolean }, cookies: CookieTransport, recent: preHandlerHookHandler): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const { clearWhenDead } = cookies
 
@@ -83,6 +83,7 @@ export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecyc
   app.post('/auth/change-password', {
     bodyLimit: AUTH_BODY_LIMIT,
     onRequest: refuseWhenSaturated(hasher),
+    preHandler: recent,
     onSend: clearWhenDead,
     schema: {
       tags: ['password'], security, operationId: 'changePassword',
@@ -96,11 +97,12 @@ export async function protectedLifecycleRoutes(fastify: FastifyInstance, lifecyc
 }
 
 /** The data owner's routes (bearer): a copy of everything stored, and erasure. */
-export async function dataRightsRoutes(fastify: FastifyInstance, rights: DataRights, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport): Promise<void> {
+export async function dataRightsRoutes(fastify: FastifyInstance, rights: DataRights, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport, recent: preHandlerHookHandler): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const tags = ['account']
 
   app.get('/auth/me/export', {
+    preHandler: recent,
     schema: { tags, security, operationId: 'exportAccount', response: { 200: AccountExport } },
   }, async (request, reply) => {
     reply.header('cache-control', 'no-store')
@@ -111,6 +113,7 @@ export async function dataRightsRoutes(fastify: FastifyInstance, rights: DataRig
     bodyLimit: AUTH_BODY_LIMIT,
     // Throttled like login: the per-IP login limit here, the per-account delay in the service.
     onRequest: [refuseWhenSaturated(hasher), limitByIp(limits, 'login')],
+    preHandler: recent,
     onSend: cookies.clearWhenDead,
     schema: { tags, security, operationId: 'deleteAccount', body: DeleteAccountBody, response: { 200: AccountDeleted } },
   }, async (request) => ok(await rights.deleteOwn(principalOf(request), request.body.password, requestContext(request))))

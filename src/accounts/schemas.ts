@@ -2,6 +2,7 @@ import Type from 'typebox'
 import { Password, OneTimeToken } from '../auth/schemas.ts'
 import { Body, Envelope } from '../http/schemas.ts'
 import { AuditEvent } from '../audit/schemas.ts'
+import { Factor } from '../mfa/schemas.ts'
 import { Watchlist } from '../watchlists/schemas.ts'
 
 /** The lifecycle routes' schemas: they validate, serialise, document and type the client. */
@@ -65,6 +66,7 @@ export const AccountExport = Envelope(
     ),
     watchlists: Type.Array(Watchlist),
     events: Type.Array(AuditEvent),
+    factors: Type.Array(Factor, { description: 'Confirmed second factors, without their secrets' }),
     mail: Type.Array(
       Type.Object({
         id: Type.String(),

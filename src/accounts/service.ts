@@ -136,6 +136,19 @@ export class AccountService {
   }
 
   /**
+   * An operator's MFA reset: `reset` (the second-factor module's) removes every factor and recovery
+   * code, and every session is revoked, in one transaction. Returns how many factors were removed.
+   */
+  async resetMfa(who: UserRef, reset: (trx: Db['kysely'], user: UserRow) => Promise<number>, context: RequestContext = CLI_CONTEXT): Promise<{ email: string; factors: number; revoked: number }> {
+    let removed = 0
+    const { user, changes } = await this.change(who, { type: 'mfa.reset', context }, async (trx, user) => {
+      removed = await reset(trx, user)
+      return sessionRevocations(user.id, await sessions.revoke(trx, user.id, this.clock.now()))
+    })
+    return { email: user.email, factors: removed, revoked: changes.filter((change) => change.kind === 'session_revoked').length }
+  }
+
+  /**
    * Deletes the account and everything stored for it, in one transaction: watchlists, sessions,
    * one-time tokens, queued mail, the user row. Its sessions are revoked on every instance through
    * the feed; the address is free to register again. The audit trail keeps its events (user id,

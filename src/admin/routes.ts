@@ -5,7 +5,7 @@ import { requestContext } from '../http/request.ts'
 import { ok } from '../http/schemas.ts'
 import type { Limits } from '../limits/limits.ts'
 import type { ApiKeyPrincipal, ApiKeyService, Scope } from './api-keys.ts'
-import { DisableBody, EventsPage, EventsQuery, OneUser, SessionsRevoked, UserDeleted, UserParams, UsersPage, UsersQuery } from './schemas.ts'
+import { DisableBody, EventsPage, EventsQuery, MfaReset, OneUser, SessionsRevoked, UserDeleted, UserParams, UsersPage, UsersQuery } from './schemas.ts'
 import type { AdminService } from './service.ts'
 
 declare module 'fastify' {
@@ -87,6 +87,11 @@ export async function adminRoutes(fastify: FastifyInstance, options: { admin: Ad
     onRequest: requireScope('users:write'),
     schema: { tags, security: security('users:write'), operationId: 'adminRevokeSessions', params: UserParams, response: { 200: SessionsRevoked } },
   }, async (request) => ok({ revoked: await admin.revokeSessions(request.params.id, actedBy(request)) }))
+
+  app.post('/admin/users/:id/mfa/reset', {
+    onRequest: requireScope('users:write'),
+    schema: { tags, security: security('users:write'), operationId: 'adminResetMfa', params: UserParams, response: { 200: MfaReset } },
+  }, async (request) => ok(await admin.resetMfa(request.params.id, actedBy(request))))
 
   app.delete('/admin/users/:id', {
     onRequest: requireScope('users:write'),

@@ -2,6 +2,7 @@ import Type from 'typebox'
 import { AccountStatus, DisabledReason } from '../accounts/schemas.ts'
 import { AuditEvent } from '../audit/schemas.ts'
 import { Body, Envelope } from '../http/schemas.ts'
+import { Factor } from '../mfa/schemas.ts'
 
 /** The admin API's schemas: they validate, serialise and document (OpenAPI, tag `admin`). */
 const Cursor = Type.String({ minLength: 1, maxLength: 512 })
@@ -19,6 +20,7 @@ export const AdminUser = Type.Object({
   created_at: When,
   last_login_at: Type.Union([When, Type.Null()]),
   active_sessions: Type.Integer({ description: 'Sessions neither revoked nor expired' }),
+  mfa: Type.Optional(Type.Object({ enabled: Type.Boolean(), factors: Type.Array(Factor) }, { description: 'GET /admin/users/{id} and the actions on one user; not in listings' })),
 })
 
 export const UsersQuery = Type.Object(
@@ -36,6 +38,7 @@ export const UserParams = Type.Object({ id: Type.String({ maxLength: 64 }) })
 export const OneUser = Envelope(Type.Object({ user: AdminUser }))
 export const DisableBody = Body({ reason: Type.Union([Type.Literal('suspended'), Type.Literal('banned')]) })
 export const SessionsRevoked = Envelope(Type.Object({ revoked: Type.Integer({ description: 'How many live sessions were revoked' }) }))
+export const MfaReset = Envelope(Type.Object({ user: AdminUser, revoked: Type.Integer({ description: 'How many live sessions were revoked' }) }))
 export const UserDeleted = Envelope(Type.Object({ user_id: Type.String({ format: 'uuid' }), deleted: Type.Literal(true) }))
 
 export const EventsQuery = Type.Object(

@@ -8,6 +8,7 @@ import { keysetPage, type CursorCodec } from '../cursor.ts'
 import type { Db } from '../db/index.ts'
 import type { UserRow } from '../db/repositories.ts'
 import { AppError } from '../errors.ts'
+import type { MfaService } from '../mfa/service.ts'
 import { isUuid } from '../text.ts'
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
@@ -28,6 +29,8 @@ export class AdminService {
     private readonly accounts: AccountService,
     private readonly audit: AuditLog,
     private readonly cursors: CursorCodec,
+    /** The second-factor module, for the single-user view and the operator's reset. */
+    private readonly mfa: Pick<MfaService, 'summaryOf' | 'resetFor' | 'kickMail'>,
   ) {}
 
   private async views(rows: UserRow[]) {
@@ -76,7 +79,16 @@ export class AdminService {
 
   private async view(id: string) {
     const row = await this.accounts.find({ id })
-    return (await this.views([row]))[0]!
+    return { ...(await this.views([row]))[0]!, mfa: await this.mfa.summaryOf(id) }
+  }
+
+  /** Removes every second factor and recovery code and revokes every session (API.md, Operators). */
+  resetMfa(id: string, context: RequestContext) {
+    return this.found(id, async (ref) => {
+      const { revoked } = await this.accounts.resetMfa(ref, (trx, user) => this.mfa.resetFor(trx, user), context)
+      this.mfa.kickMail()
+      return { user: await this.view(id), revoked }
+    })
   }
 
   getUser(id: string) {

@@ -35,6 +35,15 @@ export const AUDIT_TYPES = [
   'sessions.revoked_by_operator',
   'api_key.created',
   'api_key.revoked',
+  'mfa.totp_enrolment_started',
+  'mfa.factor_added',
+  'mfa.factor_removed',
+  'mfa.recovery_codes_issued',
+  'mfa.recovery_code_used',
+  'mfa.challenge_issued',
+  'mfa.verify_failed',
+  'mfa.step_up',
+  'mfa.reset',
 ] as const
 
 export type AuditType = (typeof AUDIT_TYPES)[number]

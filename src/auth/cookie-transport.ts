@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import Type from 'typebox'
 import { AppError } from '../errors.ts'
+import { REFRESH_TTL_SECONDS } from './tokens.ts'
 
 /**
  * Browser sessions (API.md, "Browser sessions"): with `X-Token-Transport: cookie` the refresh token
@@ -42,7 +43,7 @@ export class CookieTransport {
 
   /** The exact paths that use the cookie: the only ones CORS answers with credentials. */
   routes(): string[] {
-    return ['/login', '/refresh', '/logout'].map((route) => this.path + route)
+    return ['/login', '/refresh', '/logout', '/mfa/verify'].map((route) => this.path + route)
   }
 
   /** A cookie without the header is ignored: only a request that opted in uses it. */
@@ -68,6 +69,18 @@ export class CookieTransport {
       if (separator !== -1 && pair.slice(0, separator).trim() === this.name) return pair.slice(separator + 1).trim() || null
     }
     return null
+  }
+
+  /**
+   * The login body, as every sign-in answers it: the seed's body, or with the cookie transport the
+   * same less the refresh token, which goes into the cookie (from an allowed origin only).
+   */
+  answerLogin<T extends { refresh_token: string }>(request: FastifyRequest, reply: FastifyReply, tokens: T, cookieMode: boolean): T | Omit<T, 'refresh_token'> {
+    if (!cookieMode) return tokens
+    this.assertOriginAllowed(request)
+    const { refresh_token: refreshToken, ...rest } = tokens
+    this.set(reply, refreshToken, REFRESH_TTL_SECONDS)
+    return rest
   }
 
   set(reply: FastifyReply, refreshToken: string, maxAgeSeconds: number): void {

@@ -9,7 +9,6 @@ import { Accepted, EmailBody, LoggedIn, LoginBody, Me, RefreshTokenBody, Refresh
 import { AppError } from '../errors.ts'
 import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
 import { emptyBodyAsObject, refreshTokenOf, TransportHeaders, type CookieTransport } from './cookie-transport.ts'
-import { REFRESH_TTL_SECONDS } from './tokens.ts'
 
 export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthService, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
@@ -69,12 +68,9 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
   }, async (request, reply) => {
     const cookieMode = cookies.requested(request)
     if (cookieMode) cookies.assertOriginAllowed(request)
-    const tokens = await auth.login(request.body, requestContext(request))
-    if (!cookieMode) return ok(tokens)
+    const tokens = await auth.login(request.body, requestContext(request), cookieMode ? 'cookie' : 'body')
     // The refresh token goes where script cannot read it; the body keeps the seed's other fields.
-    const { refresh_token: refreshToken, ...rest } = tokens
-    cookies.set(reply, refreshToken, REFRESH_TTL_SECONDS)
-    return ok(rest)
+    return ok(cookies.answerLogin(request, reply, tokens, cookieMode))
   })
 
   app.post('/auth/refresh', {

@@ -14,7 +14,7 @@ import type { SessionGate } from './revocation.ts'
 import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from './input.ts'
 import { hashOneTimeToken, issueOneTimeToken, VERIFICATION_TTL_MS } from './one-time-tokens.ts'
 import { passwordProblems, type PasswordHasher } from './passwords.ts'
-import { assuranceOf, PASSWORD_ONLY, type SessionOpener } from './sessions.ts'
+import { assuranceOf, PASSWORD_ONLY, type SessionOpener, type SignIn } from './sessions.ts'
 import { ACCESS_TTL_SECONDS, type TokenService } from './tokens.ts'
 
 export interface Principal {
@@ -36,9 +36,19 @@ export interface AuthServiceDeps {
   commits: GroupCommit
   /** Opens the session every successful sign-in ends with. */
   sessions: SessionOpener
+  /** The one seam to second factors (src/mfa/): after the password and the account checks. */
+  secondFactor: SecondFactorSeam
   requireEmailVerification: boolean
   verifyEmailUrl: string
   brand: MailBrand
+}
+
+/** What login asks of the second-factor module, and nothing more. */
+export interface SecondFactorSeam {
+  /** The methods the account can use, or null when it has no second factor. */
+  requiredMethods(userId: string): Promise<string[] | null>
+  /** Starts the second step; returns the MFA_REQUIRED error (with its mfa_token) to answer with. */
+  challenge(userId: string, methods: string[], first: SignIn, transport: 'body' | 'cookie', context: RequestContext): Promise<AppError>
 }
 
 export class AuthService {
@@ -141,7 +151,7 @@ export class AuthService {
     this.deps.mailQueue.kick()
   }
 
-  async login(input: { email: string; password: string }, context: RequestContext) {
+  async login(input: { email: string; password: string }, context: RequestContext, transport: 'body' | 'cookie' = 'body') {
     const email = normaliseEmail(input.email)
     // Throttled before any work: the answer (and its cost) is the same for every address.
     try {
@@ -168,7 +178,10 @@ export class AuthService {
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'wrong_password', context })
       throw new AppError('INVALID_CREDENTIALS')
     }
-    await this.deps.limits.loginSucceeded(email)
+    const secondFactor = await this.deps.secondFactor.requiredMethods(user.id)
+    // With a second factor, the password step is not yet a success for the progressive delay:
+    // only a completed login resets it (src/mfa/service.ts).
+    if (!secondFactor) await this.deps.limits.loginSucceeded(email)
     // Only the owner of the password learns the account's state.
     try {
       this.assertUsable(user)
@@ -180,6 +193,8 @@ export class AuthService {
 
     if (this.deps.hasher.needsRehash(user.password_hash)) await this.upgradeHash(user, input.password)
 
+    // Last, after the account's state (API.md, Login order): never a token without the second factor.
+    if (secondFactor) throw await this.deps.secondFactor.challenge(user.id, secondFactor, PASSWORD_ONLY, transport, context)
     return this.deps.sessions.open(user.id, PASSWORD_ONLY, context)
   }
 

@@ -2,8 +2,9 @@ import { PortcullisError } from './errors.ts'
 import { memoryStorage, type TokenStorage } from './storage.ts'
 import { Tabs } from './tabs.ts'
 import type {
-  AccountDeletion, AccountExport, ChangePasswordInput, CreateWatchlistInput, LoginInput, LoginResult, Me, RefreshResult, RegisterInput, Registration,
-  Session, SessionRevocation, UpdateWatchlistInput, Verification, Watchlist, WatchlistDeletion, WatchlistPage, WatchlistQuery,
+  AccountDeletion, AccountExport, ChangePasswordInput, CreateWatchlistInput, FactorList, FactorRemoval, LoginInput, LoginResult, Me, MfaChallengeInfo, MfaRequired,
+  RecoveryCodes, RefreshResult, RegisterInput, Registration, Session, SessionRevocation, StepUpInput, StepUpResult, TotpConfirmation, TotpEnrolment,
+  UpdateWatchlistInput, Verification, VerifyMfaInput, Watchlist, WatchlistDeletion, WatchlistPage, WatchlistQuery,
 } from './types.ts'
 
 export { PortcullisError } from './errors.ts'
@@ -186,7 +187,7 @@ export class PortcullisClient {
 
   private async read<T>(response: Response): Promise<T> {
     const requestId = response.headers.get('x-request-id') ?? undefined
-    let body: { success?: unknown; data?: unknown; error?: { code?: string; message?: string; details?: { field: string; message: string }[] } }
+    let body: { success?: unknown; data?: unknown; error?: { code?: string; message?: string; details?: { field: string; message: string }[]; mfa?: MfaChallengeInfo } }
     try {
       body = (await response.json()) as typeof body
     } catch (cause) {
@@ -195,7 +196,7 @@ export class PortcullisClient {
     if (response.ok && body?.success === true) return body.data as T
     const error = body?.error
     if (!error?.code) throw new PortcullisError({ code: 'INVALID_RESPONSE', status: response.status, message: 'The answer was not in the envelope', requestId })
-    throw new PortcullisError({ code: error.code as PortcullisError['code'], status: response.status, message: error.message ?? error.code, details: error.details, requestId })
+    throw new PortcullisError({ code: error.code as PortcullisError['code'], status: response.status, message: error.message ?? error.code, details: error.details, requestId, mfa: error.mfa })
   }
 
   private async request<T>(call: Call): Promise<T> {
@@ -339,13 +340,65 @@ export class PortcullisClient {
     await this.request({ method: 'POST', path: '/auth/resend-verification', body: { email } })
   }
 
-  async login(input: LoginInput): Promise<LoginResult> {
-    const data = await this.request<LoginResult>({ method: 'POST', path: '/auth/login', body: input, cookie: this.transport === 'cookie' })
+  /**
+   * Signs in. For an account with a second factor the answer is an MfaRequired (no session yet),
+   * not an error: pass its mfa_token with a code to verifyMfa().
+   */
+  async login(input: LoginInput): Promise<LoginResult | MfaRequired> {
+    try {
+      return await this.signedIn(await this.request<LoginResult>({ method: 'POST', path: '/auth/login', body: input, cookie: this.transport === 'cookie' }))
+    } catch (error) {
+      const mfa = error instanceof PortcullisError && error.code === 'MFA_REQUIRED' ? error.mfa : undefined
+      if (mfa && 'mfa_token' in mfa) return { mfa_required: true, ...mfa }
+      throw error
+    }
+  }
+
+  /** The second step of a login: the session begins here (in cookie mode, with the cookie). */
+  async verifyMfa(input: VerifyMfaInput): Promise<LoginResult> {
+    return this.signedIn(await this.request<LoginResult>({ method: 'POST', path: '/auth/mfa/verify', body: input, cookie: this.transport === 'cookie' }))
+  }
+
+  private async signedIn(data: LoginResult): Promise<LoginResult> {
     if ('refresh_token' in data) await this.storage.save({ accessToken: data.access_token, refreshToken: data.refresh_token })
     else this.memoryAccessToken = data.access_token
     this.sessionLive = true
     await this.tabs?.shareToken(data.access_token)
     return data
+  }
+
+  /**
+   * Verifies a second factor in this session, which makes it recent for the sensitive actions
+   * (PortcullisError.stepUpRequired says when one is needed); the new access token replaces the old.
+   */
+  async stepUp(input: StepUpInput): Promise<StepUpResult> {
+    const result = await this.request<StepUpResult>({ method: 'POST', path: '/auth/mfa/step-up', body: input, bearer: true })
+    await this.keepAccessToken(result.access_token)
+    await this.tabs?.shareToken(result.access_token)
+    return result
+  }
+
+  listFactors(): Promise<FactorList> {
+    return this.request({ method: 'GET', path: '/auth/mfa', bearer: true })
+  }
+
+  /** Starts adding an authenticator app: show `qr_svg` (or `secret`), then confirmTotp() with a code from the app. */
+  enrolTotp(name?: string): Promise<TotpEnrolment> {
+    return this.request({ method: 'POST', path: '/auth/mfa/totp', body: name === undefined ? {} : { name }, bearer: true })
+  }
+
+  /** The first confirmed factor answers `recovery_codes`: show them once. */
+  confirmTotp(factorId: string, code: string): Promise<TotpConfirmation> {
+    return this.request({ method: 'POST', path: `/auth/mfa/totp/${encodeURIComponent(factorId)}/confirm`, body: { code }, bearer: true })
+  }
+
+  removeFactor(factorId: string): Promise<FactorRemoval> {
+    return this.request({ method: 'DELETE', path: `/auth/mfa/factors/${encodeURIComponent(factorId)}`, bearer: true })
+  }
+
+  /** A new set of ten; the old set stops working. */
+  regenerateRecoveryCodes(): Promise<RecoveryCodes> {
+    return this.request({ method: 'POST', path: '/auth/mfa/recovery-codes', bearer: true })
   }
 
   /** A new access token now, without waiting for one to expire. */

@@ -1,7 +1,8 @@
 import type { Static, TSchema } from 'typebox'
 import type * as accounts from '../accounts/schemas.ts'
 import type * as auth from '../auth/schemas.ts'
-import type { ErrorCode } from '../errors.ts'
+import type { ErrorCode, MfaChallenge } from '../errors.ts'
+import type * as mfa from '../mfa/schemas.ts'
 import type * as watchlists from '../watchlists/schemas.ts'
 
 /**
@@ -32,6 +33,28 @@ export type WatchlistQuery = Partial<Static<typeof watchlists.ListQuery>>
 export type CreateWatchlistInput = Static<typeof watchlists.CreateBody>
 export type UpdateWatchlistInput = Static<typeof watchlists.UpdateBody>
 export type WatchlistDeletion = DataOf<typeof watchlists.Deleted>
+
+/**
+ * login() with a second factor on the account: no token yet. Send a code with verifyMfa() (the
+ * mfa_token lives expires_in seconds); `methods` says what the account can use.
+ */
+export interface MfaRequired {
+  mfa_required: true
+  mfa_token: string
+  expires_in: number
+  methods: string[]
+}
+export type VerifyMfaInput = Static<typeof mfa.VerifyBody>
+export type StepUpInput = Static<typeof mfa.StepUpBody>
+export type StepUpResult = DataOf<typeof mfa.SteppedUp>
+export type Factor = Static<typeof mfa.Factor>
+export type FactorList = DataOf<typeof mfa.FactorList>
+export type TotpEnrolment = DataOf<typeof mfa.TotpEnrolment>
+export type TotpConfirmation = DataOf<typeof mfa.Confirmed>
+export type FactorRemoval = DataOf<typeof mfa.FactorDeleted>
+export type RecoveryCodes = DataOf<typeof mfa.NewRecoveryCodes>
+/** What an MFA_REQUIRED error carries: a login's challenge, or `step_up` for a sensitive action. */
+export type MfaChallengeInfo = MfaChallenge
 
 /** The server's codes, and two of the client's own: no answer at all, or one it cannot read. */
 export type ClientErrorCode = ErrorCode | 'NETWORK_ERROR' | 'INVALID_RESPONSE'

@@ -14,6 +14,7 @@ import * as m0006 from './migrations/0006_operators.ts'
 import * as m0007 from './migrations/0007_audit_writes.ts'
 import { scale } from './migrations/0008_scale.ts'
 import * as m0009 from './migrations/0009_session_assurance.ts'
+import * as m0010 from './migrations/0010_mfa.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -211,6 +212,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0007_audit_writes': m0007,
     '0008_scale': scale(engine),
     '0009_session_assurance': m0009,
+    '0010_mfa': m0010,
   }
 }
 

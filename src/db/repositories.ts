@@ -173,6 +173,11 @@ export const sessions = {
     await touchSession(db, { id, at })
   },
 
+  /** A second factor verified in the session: what its next tokens assert (API.md, Tokens). */
+  async raiseAssurance(db: Executor, id: string, assurance: Pick<SessionRow, 'amr' | 'acr' | 'auth_time'>): Promise<void> {
+    await db.updateTable('sessions').set(assurance).where('id', '=', id).execute()
+  },
+
   async listLive(db: Executor, userId: string, now: number): Promise<SessionRow[]> {
     return db
       .selectFrom('sessions')

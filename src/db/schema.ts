@@ -114,7 +114,7 @@ export interface ApiKeysTable {
   last_used_at: number | null
 }
 
-export type MailKind = 'verification' | 'password_reset'
+export type MailKind = 'verification' | 'password_reset' | 'security_notice'
 
 export interface MailOutboxTable {
   id: string
@@ -134,6 +134,44 @@ export interface MailOutboxTable {
   last_error: string | null
 }
 
+export type FactorType = 'totp' | 'passkey'
+
+export interface MfaFactorsTable {
+  id: string
+  user_id: string
+  type: FactorType
+  name: string
+  /** TOTP: the base32 secret, sealed under KEY_ENCRYPTION_KEY. */
+  secret: string | null
+  /** TOTP: the last 30-second step accepted; that step and every earlier one are refused. */
+  last_step: number | null
+  created_at: number
+  /** Null until the enrolment is confirmed with a valid code; only confirmed factors count. */
+  confirmed_at: number | null
+  last_used_at: number | null
+}
+
+export interface MfaRecoveryCodesTable {
+  /** HMAC-SHA256 of the normalised code under a sealed service secret. */
+  code_hash: string
+  user_id: string
+  created_at: number
+  used_at: number | null
+}
+
+export interface MfaChallengesTable {
+  /** HMAC-SHA256 of the mfa_token. */
+  token_hash: string
+  user_id: string
+  /** The first step's methods, space-separated (`pwd`, or `fed`). */
+  amr: string
+  transport: 'body' | 'cookie'
+  failures: Generated<number>
+  created_at: number
+  expires_at: number
+  used_at: number | null
+}
+
 export interface Database {
   users: UsersTable
   sessions: SessionsTable
@@ -146,4 +184,7 @@ export interface Database {
   audit_events: AuditEventsTable
   mail_outbox: MailOutboxTable
   api_keys: ApiKeysTable
+  mfa_factors: MfaFactorsTable
+  mfa_recovery_codes: MfaRecoveryCodesTable
+  mfa_challenges: MfaChallengesTable
 }

@@ -53,8 +53,13 @@ export function toAppError(error: unknown): AppError {
 }
 
 export function sendError(reply: FastifyReply, appError: AppError): FastifyReply {
-  const error: { code: ErrorCode; message: string; details?: unknown } = { code: appError.code, message: appError.message }
+  const error: { code: ErrorCode; message: string; details?: unknown; mfa?: unknown } = { code: appError.code, message: appError.message }
   if (appError.details) error.details = appError.details
+  if (appError.mfa) {
+    error.mfa = appError.mfa
+    // It may carry an mfa_token: never cached.
+    reply.header('cache-control', 'no-store')
+  }
   reply.code(appError.status)
   if (appError.status === 401) {
     // RFC 7235 on every 401; RFC 6750's error attribute when the token itself is the problem.

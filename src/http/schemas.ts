@@ -20,6 +20,17 @@ export const ErrorEnvelope = Type.Object({
     ),
     message: Type.String(),
     details: Type.Optional(Type.Array(Type.Object({ field: Type.String(), message: Type.String() }))),
+    mfa: Type.Optional(
+      Type.Object(
+        {
+          mfa_token: Type.Optional(Type.String({ description: 'Login: send it to POST /auth/mfa/verify within expires_in seconds' })),
+          expires_in: Type.Optional(Type.Integer()),
+          step_up: Type.Optional(Type.Literal(true, { description: 'A sensitive action: POST /auth/mfa/step-up first' })),
+          methods: Type.Array(Type.String(), { description: 'What this account can use: totp, passkey, recovery_code' }),
+        },
+        { description: 'MFA_REQUIRED only' },
+      ),
+    ),
   }),
 })
 

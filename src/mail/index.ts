@@ -25,7 +25,7 @@ export interface MailerOptions {
   logger: Logger
 }
 
-export { passwordResetMail, verificationMail, type MailBrand } from './templates.ts'
+export { passwordResetMail, securityNoticeMail, verificationMail, type MailBrand } from './templates.ts'
 
 /** Real SMTP when SMTP_URL is set; otherwise (development only) .eml files in the outbox. */
 export function createMailTransport(options: MailerOptions): MailTransport {

@@ -85,3 +85,33 @@ export function passwordResetMail(brand: MailBrand, to: string, link: string, to
     outro: 'If it was not you, ignore this message: your password stays as it is.',
   })
 }
+
+/**
+ * A notice of a change to how the account signs in (a second factor added or removed, a recovery
+ * code used, an operator's reset): no link and no code, so there is nothing in it to phish with,
+ * and it tells the person what to do if it was not them.
+ */
+export function securityNoticeMail(brand: MailBrand, to: string, notice: { subject: string; what: string }): MailMessage {
+  const outro = `If this was not you, reset your password at once and contact the ${brand.appName} team.`
+  const text = [`This is a security notice from ${brand.appName}.`, '', notice.what, '', outro].join('\n')
+  const font = 'font-family: -apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif'
+  const body = html`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${notice.subject}</title>
+</head>
+<body style="margin: 0; padding: 24px; background: #f4f5f7; color: #1c1f24; ${font}">
+<table role="presentation" width="100%" cellpadding="0" cellspacing="0" style="max-width: 560px; margin: 0 auto; background: #ffffff; border-radius: 8px;">
+<tr><td style="padding: 32px;">
+<p style="margin: 0 0 16px; font-size: 20px; font-weight: bold;">${brand.appName}</p>
+<p style="margin: 0 0 16px; font-size: 16px; line-height: 1.5;">${notice.what}</p>
+<p style="margin: 0; font-size: 14px; line-height: 1.5; color: #4b5563;">${outro}</p>
+</td></tr>
+</table>
+</body>
+</html>
+`
+  return { to, subject: notice.subject, text, html: body.value }
+}

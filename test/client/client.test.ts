@@ -8,6 +8,7 @@ import { createRemoteJWKSet, errors as joseErrors, jwtVerify } from 'jose'
 import { memoryStorage, PortcullisClient, PortcullisError, type TokenStorage, type Tokens } from 'portcullis/client'
 import { ENGINES } from '../helpers/db.ts'
 import { tokenFromMail } from '../helpers/mail.ts'
+import { oathtool } from '../helpers/totp.ts'
 import { PASSWORD, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 
 const NEW_PASSWORD = 'another long passphrase'
@@ -177,6 +178,40 @@ for (const engine of ENGINES) {
       assert.equal((await client.deleteAccount(PASSWORD)).deleted, true)
       assert.deepEqual(calls, ['DELETE /auth/me', 'POST /auth/logout (cookie)'])
       assert.equal((await failure(client.me())).code, 'AUTH_REQUIRED')
+    })
+
+    test('second factors: enrol, an MFA login as a typed result, verify, step-up when a sensitive action asks, recovery codes, removal', async (context) => {
+      // The clock moves on here; later cases judge tokens by the real time again.
+      const start = t.clock.ms
+      context.after(() => {
+        t.clock.ms = start
+      })
+      const { client, email } = await loggedIn()
+      const enrolment = await client.enrolTotp('Phone')
+      const confirmed = await client.confirmTotp(enrolment.factor_id, oathtool(enrolment.secret, t.clock.now()))
+      assert.equal(confirmed.recovery_codes?.length, 10)
+      assert.deepEqual((await client.listFactors()).factors.map((factor) => factor.name), ['Phone'])
+
+      const other = newClient()
+      const first = await other.login({ email, password: PASSWORD })
+      assert.ok('mfa_required' in first, 'a typed result, not a thrown error')
+      assert.deepEqual(first.methods, ['totp', 'recovery_code'])
+      t.clock.advance(30)
+      const signedIn = await other.verifyMfa({ mfa_token: first.mfa_token, method: 'totp', code: oathtool(enrolment.secret, t.clock.now()) })
+      assert.ok('refresh_token' in signedIn)
+      assert.equal((await other.me()).email, email)
+
+      // Eleven minutes on the access token has expired too: the single-flight refresh runs, then the
+      // export is refused until a step-up.
+      t.clock.advance(11 * 60)
+      const refused = await failure(other.exportAccount())
+      assert.equal(refused.code, 'MFA_REQUIRED')
+      assert.equal(refused.stepUpRequired, true)
+      await other.stepUp({ method: 'recovery_code', code: confirmed.recovery_codes![0]! })
+      assert.equal((await other.exportAccount()).user.email, email)
+      assert.equal((await other.regenerateRecoveryCodes()).recovery_codes.length, 10)
+      assert.deepEqual(await other.removeFactor(enrolment.factor_id), { id: enrolment.factor_id, deleted: true })
+      assert.ok('refresh_token' in (await newClient().login({ email, password: PASSWORD })), 'a password alone again')
     })
 
     test('every watchlist method, with pagination', async () => {

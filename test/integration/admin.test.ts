@@ -81,7 +81,8 @@ for (const engine of ENGINES) {
     test('what the routes answer, and every action is an audit event naming the key', async () => {
       const user = await registerVerifyLogin(t)
       const got = (await as(keys.read, 'GET', `/admin/users/${user.userId}`)).json().data.user
-      assert.deepEqual(Object.keys(got).sort(), ['active_sessions', 'created_at', 'disabled_reason', 'email', 'email_verified', 'full_name', 'last_login_at', 'status', 'user_id'])
+      assert.deepEqual(Object.keys(got).sort(), ['active_sessions', 'created_at', 'disabled_reason', 'email', 'email_verified', 'full_name', 'last_login_at', 'mfa', 'status', 'user_id'])
+      assert.deepEqual(got.mfa, { enabled: false, factors: [] })
       assert.equal(got.status, 'active')
       assert.equal(got.active_sessions, 1)
       assert.ok(got.last_login_at)
@@ -205,7 +206,7 @@ for (const engine of ENGINES) {
       const admin = Object.entries(doc.paths as Record<string, Record<string, { security: Record<string, string[]>[]; tags: string[] }>>).flatMap(([path, methods]) =>
         Object.entries(methods).filter(([, op]) => op.tags?.includes('admin')).map(([method, op]) => ({ route: `${method.toUpperCase()} ${path}`, scopes: op.security[0]!.apiKey })),
       )
-      assert.equal(admin.length, 8)
+      assert.equal(admin.length, 9)
       for (const { route, scopes } of admin) assert.equal(scopes?.length, 1, route)
     })
   })

@@ -6,9 +6,10 @@ import { migrate, openDatabase } from '../../src/db/index.ts'
 import { createStorage, ENGINES } from '../helpers/db.ts'
 import { tokenFromMail } from '../helpers/mail.ts'
 import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+import { oathtool } from '../helpers/totp.ts'
 
 /** The tables that grow with users: a statement may reach them only through an index range. */
-const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed'])
+const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed', 'mfa_factors', 'mfa_recovery_codes', 'mfa_challenges'])
 
 /**
  * Drives every operation of the published API (checked against /openapi.json, so a new route that
@@ -73,6 +74,20 @@ async function exerciseEverything(t: TestApp): Promise<void> {
   const leaving = await registerVerifyLogin(t, uniqueEmail('leaving'))
   await call('DELETE', `${api}/auth/me`, { token: leaving.access_token, body: { password: PASSWORD } })
 
+  // Second factors: enrolment, the login's second step, step-up, recovery codes, removal.
+  const second = await registerVerifyLogin(t, uniqueEmail('plans-mfa'))
+  const enrolment = (await call('POST', `${api}/auth/mfa/totp`, { token: second.access_token, body: {}, status: 201 })).data
+  await call('POST', `${api}/auth/mfa/totp/{id}/confirm`, { params: { id: enrolment.factor_id }, token: second.access_token, body: { code: oathtool(enrolment.secret, t.clock.now()) } })
+  await call('GET', `${api}/auth/mfa`, { token: second.access_token })
+  const mfaLogin = async () => (await t.post('/auth/login', { email: second.email, password: PASSWORD })).json().error.mfa.mfa_token as string
+  t.clock.advance(30)
+  const verified = (await call('POST', `${api}/auth/mfa/verify`, { body: { mfa_token: await mfaLogin(), method: 'totp', code: oathtool(enrolment.secret, t.clock.now()) } })).data
+  t.clock.advance(30)
+  await call('POST', `${api}/auth/mfa/step-up`, { token: verified.access_token, body: { method: 'totp', code: oathtool(enrolment.secret, t.clock.now()) } })
+  const codes = (await call('POST', `${api}/auth/mfa/recovery-codes`, { token: verified.access_token })).data.recovery_codes as string[]
+  await call('POST', `${api}/auth/mfa/verify`, { body: { mfa_token: await mfaLogin(), method: 'recovery_code', code: codes[0] } })
+  await call('DELETE', `${api}/auth/mfa/factors/{id}`, { params: { id: enrolment.factor_id }, token: verified.access_token })
+
   // The operators' side.
   const { key } = await t.app.services.apiKeys.create({ name: 'plans', scopes: ['users:read', 'users:write', 'audit:read'], expiresAt: null })
   const subject = await registerVerifyLogin(t, uniqueEmail('subject'))
@@ -85,6 +100,7 @@ async function exerciseEverything(t: TestApp): Promise<void> {
   await call('POST', `${api}/admin/users/{id}/enable`, { params: { id: subject.userId }, token: key })
   await call('POST', `${api}/admin/users/{id}/verify`, { params: { id: subject.userId }, token: key })
   await call('POST', `${api}/admin/users/{id}/revoke-sessions`, { params: { id: subject.userId }, token: key })
+  await call('POST', `${api}/admin/users/{id}/mfa/reset`, { params: { id: subject.userId }, token: key })
   const since = new Date(t.clock.now() - 3600_000).toISOString()
   for (const query of ['limit=1', `user_id=${subject.userId}&limit=1`, 'type=login.succeeded&limit=1', `since=${since}&limit=1`, `until=${new Date(t.clock.now() + 1000).toISOString()}&limit=1`, `type=login.failed&since=${since}`]) {
     const events = (await call('GET', `${api}/admin/events`, { token: key, query })).data

@@ -9,6 +9,7 @@ import { signingKeys } from '../../src/db/repositories.ts'
 import { createStorage, ENGINES, type TestStorage } from '../helpers/db.ts'
 import { freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, within, type TestApp } from '../helpers/app.ts'
 import { MailCatcher, mailText, tokenFromMail } from '../helpers/mail.ts'
+import { oathtool } from '../helpers/totp.ts'
 
 /** Every value of every column of every table, as text, table by table. */
 async function everyValue(t: TestApp): Promise<Map<string, string>> {
@@ -129,6 +130,16 @@ for (const engine of ENGINES) {
         assert.equal((await t.post('/auth/reset-password', { token: resetToken, password: newPassword })).statusCode, 200)
         secrets.push({ what: 'reset token', value: resetToken }, { what: 'new password', value: newPassword })
 
+        // A second factor: its secret, its recovery codes and a login's mfa_token.
+        const factorOwner = await registerVerifyLogin(t)
+        const enrolment = (await t.post('/auth/mfa/totp', undefined, factorOwner.access_token)).json().data
+        const confirmed = (await t.post(`/auth/mfa/totp/${enrolment.factor_id}/confirm`, { code: oathtool(enrolment.secret, t.clock.now()) }, factorOwner.access_token)).json().data
+        t.clock.advance(30)
+        const mfaToken = (await t.post('/auth/login', { email: factorOwner.email, password: PASSWORD })).json().error.mfa.mfa_token as string
+        assert.equal((await t.post('/auth/mfa/verify', { mfa_token: mfaToken, method: 'totp', code: oathtool(enrolment.secret, t.clock.now()) })).statusCode, 200)
+        secrets.push({ what: 'TOTP secret', value: enrolment.secret }, { what: 'mfa_token', value: mfaToken })
+        for (const code of confirmed.recovery_codes as string[]) secrets.push({ what: 'recovery code', value: code }, { what: 'recovery code, normalised', value: code.replace('-', '').toUpperCase() })
+
         const leaving = await registerVerifyLogin(t)
         assert.equal((await t.call('DELETE', '/auth/me', leaving.access_token, { password: PASSWORD })).statusCode, 200)
 
@@ -148,7 +159,7 @@ for (const engine of ENGINES) {
         }
 
         const dump = await everyValue(t)
-        assert.ok(dump.has('users') && dump.has('api_keys') && dump.has('signing_keys') && dump.has('audit_events') && dump.has('mail_outbox'))
+        assert.ok(dump.has('users') && dump.has('api_keys') && dump.has('signing_keys') && dump.has('audit_events') && dump.has('mail_outbox') && dump.has('mfa_factors') && dump.has('mfa_recovery_codes') && dump.has('mfa_challenges'))
         for (const [table, text] of dump) {
           for (const secret of secrets) assert.ok(!text.includes(secret.value), `${secret.what} in the clear in ${table}`)
           assert.doesNotMatch(text, /"d"\s*:/, `a private JWK in ${table}`)

@@ -1,0 +1,360 @@
+import { randomUUID } from 'node:crypto'
+import { recordEvent, type RequestContext } from '../audit/events.ts'
+import { KeyEncryptionError, type KeySealer } from '../auth/key-encryption.ts'
+import type { Principal } from '../auth/service.ts'
+import { assuranceOf, type AuthMethod, type LoginBody, type SessionOpener, type SignIn } from '../auth/sessions.ts'
+import { ACCESS_TTL_SECONDS, type TokenService } from '../auth/tokens.ts'
+import type { Clock } from '../clock.ts'
+import type { Db } from '../db/index.ts'
+import { sessions, users, type UserRow } from '../db/repositories.ts'
+import type { FactorType } from '../db/schema.ts'
+import { AppError } from '../errors.ts'
+import type { Limits } from '../limits/limits.ts'
+import { securityNoticeMail, type MailBrand } from '../mail/index.ts'
+import { outbox } from '../mail/outbox.ts'
+import type { MailQueue } from '../mail/queue.ts'
+import { isUuid } from '../text.ts'
+import { newMfaToken, newRecoveryCode, normaliseRecoveryCode, RECOVERY_CODE_COUNT, SecretHasher } from './codes.ts'
+import { challenges, factors, recoveryCodes, type FactorRow } from './store.ts'
+import { newTotpSecret, qrSvg, totpStep } from './totp.ts'
+
+/** The mfa_token's life (API.md). */
+export const MFA_TOKEN_TTL_SECONDS = 300
+/** An enrolment not confirmed within this long is dead. */
+const ENROLMENT_TTL_MS = 10 * 60_000
+/** Confirmed factors an account may hold. */
+const MAX_FACTORS = 10
+
+export type Method = 'totp' | 'recovery_code'
+export type Transport = 'body' | 'cookie'
+
+export interface FactorView {
+  id: string
+  type: FactorType
+  name: string
+  created_at: string
+  last_used_at: string | null
+}
+
+export interface MfaDeps {
+  db: Db
+  clock: Clock
+  sealer: KeySealer
+  hasher: SecretHasher
+  sessions: SessionOpener
+  tokens: TokenService
+  limits: Limits
+  mailQueue: MailQueue
+  brand: MailBrand
+  /** MFA_STEP_UP_SECONDS, in ms. */
+  stepUpMs: number
+}
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
+
+/** What a TOTP factor's sealed secret is bound to: moved to another row, it does not open. */
+function secretAad(factorId: string): string {
+  return `mfa_factor:${factorId}`
+}
+
+function view(row: FactorRow): FactorView {
+  return { id: row.id, type: row.type, name: row.name, created_at: iso(row.created_at)!, last_used_at: iso(row.last_used_at) }
+}
+
+/** A session's methods after a second factor: the first step's, then the factor's, then `mfa`. */
+function withSecondFactor(first: string[], added: AuthMethod): AuthMethod[] {
+  const base = first.filter((method) => method === 'pwd' || method === 'fed' || method === 'user') as AuthMethod[]
+  return [...new Set<AuthMethod>([...base, added, 'mfa'])]
+}
+
+/**
+ * Second factors (API.md, Second factors): TOTP and recovery codes today, passkeys as one more
+ * factor type. Login hands over through one seam (`requiredMethods`, then `challenge`), and a
+ * completed second step ends in the same SessionOpener as every other way in. The rules that make
+ * a code worth something (a step used once, an mfa_token used once and dead after five wrong
+ * codes, wrong codes feeding the account's login delay) live here, in our code and database.
+ */
+export class MfaService {
+  constructor(private readonly deps: MfaDeps) {}
+
+  private get db() {
+    return this.deps.db.kysely
+  }
+
+  private async user(userId: string): Promise<UserRow> {
+    const user = await users.findById(this.db, userId)
+    if (!user) throw new AppError('INVALID_TOKEN')
+    return user
+  }
+
+  /** The methods this account can use, or null when it has no second factor (the seed's login applies). */
+  async requiredMethods(userId: string): Promise<string[] | null> {
+    const confirmed = await factors.listConfirmed(this.db, userId)
+    if (confirmed.length === 0) return null
+    const methods = [...new Set(confirmed.map((factor) => factor.type))] as string[]
+    if ((await recoveryCodes.remaining(this.db, userId)) > 0) methods.push('recovery_code')
+    return methods
+  }
+
+  /**
+   * The login's second step begins: an mfa_token (stored only as a keyed hash, single-use, five
+   * minutes) that remembers what the first step proved and the login's transport. Returns the
+   * MFA_REQUIRED error to answer with; no session exists yet.
+   */
+  async challenge(userId: string, methods: string[], first: SignIn, transport: Transport, context: RequestContext): Promise<AppError> {
+    const token = newMfaToken()
+    const now = this.deps.clock.now()
+    await this.db.transaction().execute(async (trx) => {
+      await challenges.insert(trx, {
+        token_hash: this.deps.hasher.hash('mfa_token', token),
+        user_id: userId,
+        amr: first.amr.join(' '),
+        transport,
+        created_at: now,
+        expires_at: now + MFA_TOKEN_TTL_SECONDS * 1000,
+        used_at: null,
+      })
+      await recordEvent(trx, this.deps.clock, { type: 'mfa.challenge_issued', userId, context })
+    })
+    return new AppError('MFA_REQUIRED', { mfa: { mfa_token: token, expires_in: MFA_TOKEN_TTL_SECONDS, methods } })
+  }
+
+  /**
+   * The second step of a login. The session is created here, not before. A wrong code counts as a
+   * failed login of the account (the same progressive delay as wrong passwords, so six digits
+   * cannot be guessed across many mfa_tokens) and against the token; the fifth wrong code is still
+   * INVALID_MFA_CODE, and the token is dead after it.
+   */
+  async verify(input: { mfa_token: string; method: Method; code: string }, context: RequestContext): Promise<{ body: LoginBody; transport: Transport }> {
+    const hash = this.deps.hasher.hash('mfa_token', input.mfa_token)
+    const challenge = await challenges.findLive(this.db, hash, this.deps.clock.now())
+    if (!challenge) throw new AppError('INVALID_MFA_TOKEN')
+    const user = await users.findById(this.db, challenge.user_id)
+    if (!user) throw new AppError('INVALID_MFA_TOKEN')
+    await this.deps.limits.assertLoginAllowed(user.email)
+    // Disabled between the two steps: no session.
+    if (user.status === 'disabled') throw new AppError('ACCOUNT_DISABLED')
+    const added = await this.checkCode(user, input.method, input.code, context)
+    if (!added) {
+      await challenges.fail(this.db, hash)
+      throw await this.wrongCode(user, context, 'login')
+    }
+    if (!(await challenges.consume(this.db, hash, this.deps.clock.now()))) throw new AppError('INVALID_MFA_TOKEN')
+    // Only a completed login resets the delay, never the password step alone.
+    await this.deps.limits.loginSucceeded(user.email)
+    const body = await this.deps.sessions.open(user.id, { amr: withSecondFactor(challenge.amr.split(' '), added), acr: 'aal2' }, context, { type: 'login.succeeded', reason: input.method })
+    return { body, transport: challenge.transport }
+  }
+
+  /** A second factor verified in a live session: it becomes aal2 and recent, and the answer is its new access token. */
+  async stepUp(principal: Principal, input: { method: Method; code: string }, context: RequestContext): Promise<{ access_token: string; expires_in: number }> {
+    const user = await this.user(principal.userId)
+    await this.deps.limits.assertLoginAllowed(user.email)
+    const added = await this.checkCode(user, input.method, input.code, context)
+    if (!added) throw await this.wrongCode(user, context, 'step_up')
+    const state = await this.raiseSession(principal, added)
+    await recordEvent(this.db, this.deps.clock, { type: 'mfa.step_up', userId: user.id, reason: input.method, context })
+    const access = await this.deps.tokens.signAccess(principal.userId, principal.sessionId, state)
+    return { access_token: access.token, expires_in: ACCESS_TTL_SECONDS }
+  }
+
+  /**
+   * The sensitive actions (API.md, "Recent"): for an account with MFA, a second factor verified in
+   * this session within MFA_STEP_UP_SECONDS; otherwise 403 MFA_REQUIRED with `step_up`. An account
+   * without MFA passes (enrolling the first factor needs only the bearer token).
+   */
+  async assertRecent(principal: Principal): Promise<void> {
+    const methods = await this.requiredMethods(principal.userId)
+    if (!methods) return
+    const state = await sessions.findAuthState(this.db, principal.sessionId)
+    const assurance = state && assuranceOf(state)
+    if (assurance && assurance.acr === 'aal2' && assurance.authTime >= this.deps.clock.now() - this.deps.stepUpMs) return
+    throw new AppError('MFA_REQUIRED', { message: 'This action needs a second factor verified in the last minutes.', mfa: { step_up: true, methods } })
+  }
+
+  async list(principal: Principal) {
+    const confirmed = await factors.listConfirmed(this.db, principal.userId)
+    return { factors: confirmed.map(view), recovery_codes_remaining: confirmed.length > 0 ? await recoveryCodes.remaining(this.db, principal.userId) : 0 }
+  }
+
+  /** An unconfirmed TOTP factor: the secret is shown this once; it counts only once confirmed. */
+  async enrolTotp(principal: Principal, name: string | undefined, context: RequestContext) {
+    const user = await this.user(principal.userId)
+    const now = this.deps.clock.now()
+    if ((await factors.listConfirmed(this.db, user.id)).length >= MAX_FACTORS) throw new AppError('LIMIT_EXCEEDED', { message: `An account holds at most ${MAX_FACTORS} second factors.` })
+    const id = randomUUID()
+    const { secret, uri } = newTotpSecret(this.deps.brand.appName, user.email)
+    await this.db.transaction().execute(async (trx) => {
+      await factors.deleteUnconfirmedBefore(trx, user.id, now - ENROLMENT_TTL_MS)
+      await factors.insert(trx, {
+        id,
+        user_id: user.id,
+        type: 'totp',
+        name: name ?? 'Authenticator app',
+        secret: this.deps.sealer.seal(secret, secretAad(id)),
+        last_step: null,
+        created_at: now,
+        confirmed_at: null,
+        last_used_at: null,
+      })
+      await recordEvent(trx, this.deps.clock, { type: 'mfa.totp_enrolment_started', userId: user.id, context })
+    })
+    return { factor_id: id, secret, otpauth_uri: uri, qr_svg: await qrSvg(uri) }
+  }
+
+  /**
+   * Confirms an enrolment with a valid code. The code's step is remembered (it cannot be replayed
+   * at login), the confirming session becomes aal2 and recent, and the account's first factor
+   * brings ten recovery codes, shown once.
+   */
+  async confirmTotp(principal: Principal, factorId: string, code: string, context: RequestContext) {
+    const user = await this.user(principal.userId)
+    const now = this.deps.clock.now()
+    const factor = isUuid(factorId) ? await factors.findOwned(this.db, user.id, factorId) : null
+    if (!factor || factor.type !== 'totp' || factor.confirmed_at !== null || factor.created_at < now - ENROLMENT_TTL_MS) throw new AppError('NOT_FOUND')
+    const step = totpStep(this.deps.sealer.open(factor.secret!, secretAad(factor.id)), code, now)
+    if (step === null) throw new AppError('INVALID_MFA_CODE')
+    const result = await this.db.transaction().execute(async (trx) => {
+      if (!(await factors.confirm(trx, user.id, factor.id, step, now))) throw new AppError('NOT_FOUND')
+      const first = (await factors.listConfirmed(trx, user.id)).length === 1
+      const codes = first ? await this.issueRecoveryCodes(trx, user.id, context) : undefined
+      await recordEvent(trx, this.deps.clock, { type: 'mfa.factor_added', userId: user.id, reason: 'totp', context })
+      await this.notify(trx, user, 'A sign-in method was added to your account', `An authenticator app ("${factor.name}") was added as a second factor to your ${this.deps.brand.appName} account.`)
+      return { factor: view({ ...factor, confirmed_at: now, last_used_at: now }), ...(codes ? { recovery_codes: codes } : {}) }
+    })
+    this.deps.mailQueue.kick()
+    await this.raiseSession(principal, 'otp')
+    return result
+  }
+
+  /** Removing the last factor removes the recovery codes too: the account is back to a password alone. */
+  async removeFactor(principal: Principal, factorId: string, context: RequestContext) {
+    const user = await this.user(principal.userId)
+    const factor = isUuid(factorId) ? await factors.findOwned(this.db, user.id, factorId) : null
+    if (!factor) throw new AppError('NOT_FOUND')
+    await this.db.transaction().execute(async (trx) => {
+      if (!(await factors.delete(trx, user.id, factor.id))) throw new AppError('NOT_FOUND')
+      if (factor.confirmed_at === null) return
+      if ((await factors.listConfirmed(trx, user.id)).length === 0) await recoveryCodes.deleteAllOf(trx, user.id)
+      await recordEvent(trx, this.deps.clock, { type: 'mfa.factor_removed', userId: user.id, reason: factor.type, context })
+      await this.notify(trx, user, 'A sign-in method was removed from your account', `The second factor "${factor.name}" was removed from your ${this.deps.brand.appName} account.`)
+    })
+    this.deps.mailQueue.kick()
+    return { id: factor.id, deleted: true as const }
+  }
+
+  /** A new set of ten; the old set dies. Only for an account with a second factor. */
+  async regenerateRecoveryCodes(principal: Principal, context: RequestContext) {
+    if (!(await this.requiredMethods(principal.userId))) {
+      throw new AppError('VALIDATION_ERROR', { message: 'Recovery codes come with a second factor; this account has none.', details: [{ field: 'account', message: 'has no second factor' }] })
+    }
+    return { recovery_codes: await this.db.transaction().execute((trx) => this.issueRecoveryCodes(trx, principal.userId, context)) }
+  }
+
+  /** What export and the admin view show: the confirmed factors, never a secret. */
+  async summaryOf(userId: string): Promise<{ enabled: boolean; factors: FactorView[] }> {
+    const confirmed = (await factors.listConfirmed(this.db, userId)).map(view)
+    return { enabled: confirmed.length > 0, factors: confirmed }
+  }
+
+  private async issueRecoveryCodes(trx: Db['kysely'], userId: string, context: RequestContext): Promise<string[]> {
+    const codes = Array.from({ length: RECOVERY_CODE_COUNT }, newRecoveryCode)
+    const hashes = codes.map((code) => this.deps.hasher.hash('recovery_code', normaliseRecoveryCode(code)!))
+    await recoveryCodes.replaceAll(trx, userId, hashes, this.deps.clock.now())
+    await recordEvent(trx, this.deps.clock, { type: 'mfa.recovery_codes_issued', userId, context })
+    return codes
+  }
+
+  /**
+   * Checks a code against the account's factors and uses it up: the method it proves (`otp`), or
+   * null. A TOTP code is accepted once per factor (its step must be later than every step used
+   * before); a recovery code once, with a mail to the account.
+   */
+  private async checkCode(user: UserRow, method: Method, code: string, context: RequestContext): Promise<AuthMethod | null> {
+    const now = this.deps.clock.now()
+    if (method === 'totp') {
+      for (const factor of await factors.listConfirmed(this.db, user.id)) {
+        if (factor.type !== 'totp' || factor.secret === null) continue
+        const step = totpStep(this.deps.sealer.open(factor.secret, secretAad(factor.id)), code, now)
+        if (step !== null && (await factors.acceptStep(this.db, factor.id, step, now))) return 'otp'
+      }
+      return null
+    }
+    const normalised = normaliseRecoveryCode(code)
+    if (normalised === null) return null
+    const used = await this.db.transaction().execute(async (trx) => {
+      if (!(await recoveryCodes.consume(trx, user.id, this.deps.hasher.hash('recovery_code', normalised), now))) return false
+      await recordEvent(trx, this.deps.clock, { type: 'mfa.recovery_code_used', userId: user.id, context })
+      await this.notify(trx, user, 'A recovery code was used', `One of your recovery codes was used to sign in to your ${this.deps.brand.appName} account. Each code works once; you can make a new set in your account settings.`)
+      return true
+    })
+    if (!used) return null
+    this.deps.mailQueue.kick()
+    return 'otp'
+  }
+
+  private async wrongCode(user: UserRow, context: RequestContext, step: 'login' | 'step_up'): Promise<AppError> {
+    await this.deps.limits.loginFailed(user.email)
+    await recordEvent(this.db, this.deps.clock, { type: 'mfa.verify_failed', userId: user.id, reason: step, context })
+    return new AppError('INVALID_MFA_CODE')
+  }
+
+  /** The session now holds a second factor verified this moment: aal2, and the methods that proved it. */
+  private async raiseSession(principal: Principal, added: AuthMethod) {
+    const state = await sessions.findAuthState(this.db, principal.sessionId)
+    if (!state) throw new AppError('INVALID_TOKEN')
+    const now = this.deps.clock.now()
+    const amr = withSecondFactor(assuranceOf(state).amr, added)
+    await sessions.raiseAssurance(this.db, principal.sessionId, { amr: amr.join(' '), acr: 'aal2', auth_time: now })
+    return { amr, acr: 'aal2' as const, authTime: now }
+  }
+
+  /** The operator's reset with this instance's key and brand (src/accounts/service.ts runs it in its transaction). */
+  resetFor(trx: Db['kysely'], user: Pick<UserRow, 'id' | 'email'>): Promise<number> {
+    return resetSecondFactors(trx, user, { sealer: this.deps.sealer, brand: this.deps.brand, now: this.deps.clock.now() })
+  }
+
+  /** Mail written by a reset goes out now rather than at the next poll. */
+  kickMail(): void {
+    this.deps.mailQueue.kick()
+  }
+
+  private async notify(trx: Db['kysely'], user: UserRow, subject: string, what: string): Promise<void> {
+    await this.deps.mailQueue.enqueue(trx, { userId: user.id, kind: 'security_notice', message: securityNoticeMail(this.deps.brand, user.email, { subject, what }) })
+  }
+}
+
+/**
+ * `keys rewrap`'s part for second factors: re-seals every TOTP secret from one key-encryption key to
+ * the other inside the caller's transaction. A secret the new key already opens is left alone; one
+ * neither key opens stops the rewrap.
+ */
+export async function rewrapTotpSecrets(trx: Db['kysely'], from: KeySealer, to: KeySealer): Promise<number> {
+  let rewrapped = 0
+  for (const row of await factors.sealedSecrets(trx)) {
+    if (to.tryOpen(row.secret, secretAad(row.id)) !== null) continue
+    const clear = from.tryOpen(row.secret, secretAad(row.id))
+    if (clear === null) throw new KeyEncryptionError(`OLD_KEY_ENCRYPTION_KEY does not decrypt the secret of second factor ${row.id}; nothing was changed`)
+    await factors.replaceSecret(trx, row.id, row.secret, to.seal(clear, secretAad(row.id)))
+    rewrapped++
+  }
+  return rewrapped
+}
+
+/**
+ * An operator's reset (API.md): every factor, recovery code and pending mfa_token of the account
+ * goes, inside the caller's transaction (which also revokes every session), and the user is told
+ * through the durable mail queue. Shared by the admin API and the CLI, which has no running queue
+ * but writes the same sealed mail for the server to send. Returns how many factors were removed.
+ */
+export async function resetSecondFactors(trx: Db['kysely'], user: Pick<UserRow, 'id' | 'email'>, mail: { sealer: KeySealer; brand: MailBrand; now: number }): Promise<number> {
+  const removed = await factors.deleteAllOf(trx, user.id)
+  await recoveryCodes.deleteAllOf(trx, user.id)
+  await challenges.deleteAllOf(trx, user.id)
+  const message = securityNoticeMail(mail.brand, user.email, {
+    subject: 'Your second factors were reset',
+    what: `An operator removed every second factor and recovery code from your ${mail.brand.appName} account and signed out every session. You can sign in with your password and set up a new authenticator app.`,
+  })
+  await outbox.insert(trx, { userId: user.id, kind: 'security_notice', message }, mail.now, mail.sealer)
+  return removed
+}

@@ -1,0 +1,158 @@
+import type { Kysely, Selectable } from 'kysely'
+import type { Database, MfaChallengesTable, MfaFactorsTable } from '../db/schema.ts'
+
+/** The second-factor module's storage calls (tables mfa_factors, mfa_recovery_codes, mfa_challenges). */
+type Executor = Kysely<Database>
+export type FactorRow = Selectable<MfaFactorsTable>
+export type ChallengeRow = Selectable<MfaChallengesTable>
+
+/** Wrong codes an mfa_token survives; the fifth is still answered as a wrong code, then it is dead. */
+export const MAX_CHALLENGE_FAILURES = 5
+
+export const factors = {
+  async insert(db: Executor, row: FactorRow): Promise<void> {
+    await db.insertInto('mfa_factors').values(row).execute()
+  },
+
+  async listConfirmed(db: Executor, userId: string): Promise<FactorRow[]> {
+    return db.selectFrom('mfa_factors').selectAll().where('user_id', '=', userId).where('confirmed_at', 'is not', null).orderBy('created_at').orderBy('id').execute()
+  },
+
+  async findOwned(db: Executor, userId: string, id: string): Promise<FactorRow | null> {
+    return (await db.selectFrom('mfa_factors').selectAll().where('user_id', '=', userId).where('id', '=', id).executeTakeFirst()) ?? null
+  },
+
+  /** Confirms an enrolment once, remembering the step of the code that confirmed it (no replay at login). */
+  async confirm(db: Executor, userId: string, id: string, step: number, at: number): Promise<boolean> {
+    const result = await db
+      .updateTable('mfa_factors')
+      .set({ confirmed_at: at, last_step: step, last_used_at: at })
+      .where('id', '=', id)
+      .where('user_id', '=', userId)
+      .where('confirmed_at', 'is', null)
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  /**
+   * The replay guard, in one statement: a TOTP step is accepted only if it is later than every step
+   * this factor accepted before, so of two concurrent uses of one code exactly one succeeds, and a
+   * code older than one already used is refused.
+   */
+  async acceptStep(db: Executor, id: string, step: number, at: number): Promise<boolean> {
+    const result = await db
+      .updateTable('mfa_factors')
+      .set({ last_step: step, last_used_at: at })
+      .where('id', '=', id)
+      .where('confirmed_at', 'is not', null)
+      .where((eb) => eb.or([eb('last_step', 'is', null), eb('last_step', '<', step)]))
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  async touch(db: Executor, id: string, at: number): Promise<void> {
+    await db.updateTable('mfa_factors').set({ last_used_at: at }).where('id', '=', id).execute()
+  },
+
+  async delete(db: Executor, userId: string, id: string): Promise<boolean> {
+    return (await db.deleteFrom('mfa_factors').where('user_id', '=', userId).where('id', '=', id).executeTakeFirst()).numDeletedRows > 0n
+  },
+
+  /** Enrolments never confirmed, older than `before`: a new enrolment clears the user's. */
+  async deleteUnconfirmedBefore(db: Executor, userId: string, before: number): Promise<void> {
+    await db.deleteFrom('mfa_factors').where('user_id', '=', userId).where('confirmed_at', 'is', null).where('created_at', '<', before).execute()
+  },
+
+  async deleteAllOf(db: Executor, userId: string): Promise<number> {
+    return Number((await db.deleteFrom('mfa_factors').where('user_id', '=', userId).executeTakeFirst()).numDeletedRows)
+  },
+
+  /** Every sealed TOTP secret, for `keys rewrap`. */
+  async sealedSecrets(db: Executor): Promise<{ id: string; secret: string }[]> {
+    return (await db.selectFrom('mfa_factors').select(['id', 'secret']).where('secret', 'is not', null).execute()) as { id: string; secret: string }[]
+  },
+
+  async replaceSecret(db: Executor, id: string, previous: string, next: string): Promise<boolean> {
+    return (await db.updateTable('mfa_factors').set({ secret: next }).where('id', '=', id).where('secret', '=', previous).executeTakeFirst()).numUpdatedRows > 0n
+  },
+}
+
+export const recoveryCodes = {
+  /** The old set dies with the new one. */
+  async replaceAll(db: Executor, userId: string, hashes: string[], at: number): Promise<void> {
+    await db.deleteFrom('mfa_recovery_codes').where('user_id', '=', userId).execute()
+    await db.insertInto('mfa_recovery_codes').values(hashes.map((code_hash) => ({ code_hash, user_id: userId, created_at: at, used_at: null }))).execute()
+  },
+
+  /** Uses a code up in one statement: two concurrent uses of one code cannot both succeed. */
+  async consume(db: Executor, userId: string, hash: string, at: number): Promise<boolean> {
+    const result = await db
+      .updateTable('mfa_recovery_codes')
+      .set({ used_at: at })
+      .where('code_hash', '=', hash)
+      .where('user_id', '=', userId)
+      .where('used_at', 'is', null)
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  async remaining(db: Executor, userId: string): Promise<number> {
+    const row = await db
+      .selectFrom('mfa_recovery_codes')
+      .select((eb) => eb.fn.countAll<number | string>().as('n'))
+      .where('user_id', '=', userId)
+      .where('used_at', 'is', null)
+      .executeTakeFirstOrThrow()
+    return Number(row.n)
+  },
+
+  async deleteAllOf(db: Executor, userId: string): Promise<void> {
+    await db.deleteFrom('mfa_recovery_codes').where('user_id', '=', userId).execute()
+  },
+}
+
+export const challenges = {
+  async insert(db: Executor, row: Omit<ChallengeRow, 'failures'>): Promise<void> {
+    await db.insertInto('mfa_challenges').values(row).execute()
+  },
+
+  async findLive(db: Executor, hash: string, now: number): Promise<ChallengeRow | null> {
+    return (
+      (await db
+        .selectFrom('mfa_challenges')
+        .selectAll()
+        .where('token_hash', '=', hash)
+        .where('used_at', 'is', null)
+        .where('expires_at', '>', now)
+        .where('failures', '<', MAX_CHALLENGE_FAILURES)
+        .executeTakeFirst()) ?? null
+    )
+  },
+
+  async fail(db: Executor, hash: string): Promise<void> {
+    await db.updateTable('mfa_challenges').set((eb) => ({ failures: eb('failures', '+', 1) })).where('token_hash', '=', hash).execute()
+  },
+
+  /** Uses the token up, if it is still live: of two racing verifications exactly one gets here first. */
+  async consume(db: Executor, hash: string, now: number): Promise<boolean> {
+    const result = await db
+      .updateTable('mfa_challenges')
+      .set({ used_at: now })
+      .where('token_hash', '=', hash)
+      .where('used_at', 'is', null)
+      .where('expires_at', '>', now)
+      .where('failures', '<', MAX_CHALLENGE_FAILURES)
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  async deleteAllOf(db: Executor, userId: string): Promise<void> {
+    await db.deleteFrom('mfa_challenges').where('user_id', '=', userId).execute()
+  },
+
+  /** Retention: up to `limit` tokens that expired before `before`. */
+  async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {
+    const expired = db.selectFrom('mfa_challenges').select('token_hash').where('expires_at', '<', before).limit(limit)
+    return Number((await db.deleteFrom('mfa_challenges').where('token_hash', 'in', expired).executeTakeFirst()).numDeletedRows)
+  },
+}
