@@ -162,6 +162,21 @@ for (const engine of ENGINES) {
       for (let i = 1; i <= 5; i++) assert.equal(code(await verify({ mfa_token: fresh, method: 'totp', code: wrong })), 'INVALID_MFA_CODE', `wrong code ${i}`)
       assert.equal(code(await verify({ mfa_token: fresh, method: 'totp', code: oathtool(user.secret, t.clock.now()) })), 'INVALID_MFA_TOKEN', 'dead after five')
       assert.equal(code(await verify({ mfa_token: 'not-a-token', method: 'totp', code: '123456' })), 'INVALID_MFA_TOKEN')
+      // Tokens of another purpose are no mfa_token, and a code of one method is no code of the other.
+      for (const jwt of [user.access_token, user.refresh_token]) {
+        // A JWT is longer than any mfa_token, so the schema refuses it before it is even looked up.
+        assert.equal(code(await verify({ mfa_token: jwt, method: 'totp', code: oathtool(user.secret, t.clock.now()) })), 'VALIDATION_ERROR')
+        assert.equal(code(await verify({ mfa_token: jwt.slice(-43), method: 'totp', code: oathtool(user.secret, t.clock.now()) })), 'INVALID_MFA_TOKEN')
+      }
+      t.clock.advance(5)
+      const another = await mfaTokenOf(user.email)
+      assert.equal(code(await verify({ mfa_token: another, method: 'totp', code: user.recoveryCodes[0]! })), 'INVALID_MFA_CODE')
+      assert.equal(code(await verify({ mfa_token: another, method: 'recovery_code', code: oathtool(user.secret, t.clock.now()) })), 'INVALID_MFA_CODE')
+      // Another account's mfa_token does not take this account's codes.
+      const stranger = await enrolled()
+      t.clock.advance(5)
+      const theirs = await mfaTokenOf(stranger.email)
+      assert.equal(code(await verify({ mfa_token: theirs, method: 'recovery_code', code: user.recoveryCodes[1]! })), 'INVALID_MFA_CODE')
     })
 
     test('wrong codes feed the account\'s progressive login delay; the password step alone does not reset it', async () => {
