@@ -45,7 +45,17 @@ export interface SessionOpenerDeps {
 export class SessionOpener {
   constructor(private readonly deps: SessionOpenerDeps) {}
 
-  async open(userId: string, signIn: SignIn, context: RequestContext, audit: { type: AuditType; reason?: string } = { type: 'login.succeeded' }): Promise<LoginBody> {
+  /**
+   * `alsoInTransaction` runs first in the session's transaction (a second step uses up its code and
+   * its mfa_token there); if it throws, no session is created and the error is the caller's.
+   */
+  async open(
+    userId: string,
+    signIn: SignIn,
+    context: RequestContext,
+    audit: { type: AuditType; reason?: string } = { type: 'login.succeeded' },
+    alsoInTransaction?: (trx: Parameters<Parameters<GroupCommit['run']>[0]>[0]) => Promise<void>,
+  ): Promise<LoginBody> {
     const now = this.deps.clock.now()
     const sessionId = randomUUID()
     const assurance: Assurance = { amr: signIn.amr, acr: signIn.acr, authTime: now }
@@ -55,6 +65,7 @@ export class SessionOpener {
     ])
     // Committed (with others under load) before the tokens are handed out.
     await this.deps.commits.run(async (trx) => {
+      await alsoInTransaction?.(trx)
       await sessions.insert(trx, {
         id: sessionId,
         user_id: userId,

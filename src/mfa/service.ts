@@ -26,6 +26,9 @@ const ENROLMENT_TTL_MS = 10 * 60_000
 const MAX_FACTORS = 10
 
 export type Method = 'totp' | 'recovery_code'
+
+/** A code matched to what it would use up: a TOTP factor's step, or a recovery code's hash. */
+type CodeMatch = { kind: 'totp'; factorId: string; step: number } | { kind: 'recovery_code'; hash: string }
 export type Transport = 'body' | 'cookie'
 
 export interface FactorView {
@@ -134,15 +137,28 @@ export class MfaService {
     await this.deps.limits.assertLoginAllowed(user.email)
     // Disabled between the two steps: no session.
     if (user.status === 'disabled') throw new AppError('ACCOUNT_DISABLED')
-    const added = await this.checkCode(user, input.method, input.code, context)
-    if (!added) {
+    const refused = async () => {
       await challenges.fail(this.db, hash)
-      throw await this.wrongCode(user, context, 'login')
+      return this.wrongCode(user, context, 'login')
     }
-    if (!(await challenges.consume(this.db, hash, this.deps.clock.now()))) throw new AppError('INVALID_MFA_TOKEN')
+    const match = await this.matchCode(user, input.method, input.code)
+    if (!match) throw await refused()
+    // One transaction (shared with other sign-ins by the group commit): the code used up, the
+    // mfa_token used up and the session created, or none of it. Of two racing verifications of one
+    // token, or of one code, the second finds its conditional update matching nothing.
+    let body: LoginBody
+    try {
+      body = await this.deps.sessions.open(user.id, { amr: withSecondFactor(challenge.amr.split(' '), 'otp'), acr: 'aal2' }, context, { type: 'login.succeeded', reason: input.method }, async (trx) => {
+        if (!(await challenges.consume(trx, hash, this.deps.clock.now()))) throw new AppError('INVALID_MFA_TOKEN')
+        if (!(await this.useCode(trx, user, match, context))) throw new AppError('INVALID_MFA_CODE')
+      })
+    } catch (error) {
+      if (error instanceof AppError && error.code === 'INVALID_MFA_CODE') throw await refused()
+      throw error
+    }
+    if (match.kind === 'recovery_code') this.deps.mailQueue.kick()
     // Only a completed login resets the delay, never the password step alone.
     await this.deps.limits.loginSucceeded(user.email)
-    const body = await this.deps.sessions.open(user.id, { amr: withSecondFactor(challenge.amr.split(' '), added), acr: 'aal2' }, context, { type: 'login.succeeded', reason: input.method })
     return { body, transport: challenge.transport }
   }
 
@@ -150,9 +166,11 @@ export class MfaService {
   async stepUp(principal: Principal, input: { method: Method; code: string }, context: RequestContext): Promise<{ access_token: string; expires_in: number }> {
     const user = await this.user(principal.userId)
     await this.deps.limits.assertLoginAllowed(user.email)
-    const added = await this.checkCode(user, input.method, input.code, context)
-    if (!added) throw await this.wrongCode(user, context, 'step_up')
-    const state = await this.raiseSession(principal, added)
+    const match = await this.matchCode(user, input.method, input.code)
+    const used = match !== null && (await this.db.transaction().execute((trx) => this.useCode(trx, user, match, context)))
+    if (!used) throw await this.wrongCode(user, context, 'step_up')
+    if (match.kind === 'recovery_code') this.deps.mailQueue.kick()
+    const state = await this.raiseSession(principal, 'otp')
     await recordEvent(this.db, this.deps.clock, { type: 'mfa.step_up', userId: user.id, reason: input.method, context })
     const access = await this.deps.tokens.signAccess(principal.userId, principal.sessionId, state)
     return { access_token: access.token, expires_in: ACCESS_TTL_SECONDS }
@@ -266,31 +284,37 @@ export class MfaService {
   }
 
   /**
-   * Checks a code against the account's factors and uses it up: the method it proves (`otp`), or
-   * null. A TOTP code is accepted once per factor (its step must be later than every step used
-   * before); a recovery code once, with a mail to the account.
+   * Which of the account's factors a code belongs to, without using it up (reads only): a TOTP code
+   * of the current step or one either side of a confirmed factor, or one of the account's unused
+   * recovery codes. Null when it is neither.
    */
-  private async checkCode(user: UserRow, method: Method, code: string, context: RequestContext): Promise<AuthMethod | null> {
+  private async matchCode(user: UserRow, method: Method, code: string): Promise<CodeMatch | null> {
     const now = this.deps.clock.now()
     if (method === 'totp') {
       for (const factor of await factors.listConfirmed(this.db, user.id)) {
         if (factor.type !== 'totp' || factor.secret === null) continue
         const step = totpStep(this.deps.sealer.open(factor.secret, secretAad(factor.id)), code, now)
-        if (step !== null && (await factors.acceptStep(this.db, factor.id, step, now))) return 'otp'
+        // A step this factor has already accepted (or a later one) is a replay.
+        if (step !== null && (factor.last_step === null || step > factor.last_step)) return { kind: 'totp', factorId: factor.id, step }
       }
       return null
     }
     const normalised = normaliseRecoveryCode(code)
-    if (normalised === null) return null
-    const used = await this.db.transaction().execute(async (trx) => {
-      if (!(await recoveryCodes.consume(trx, user.id, this.deps.hasher.hash('recovery_code', normalised), now))) return false
-      await recordEvent(trx, this.deps.clock, { type: 'mfa.recovery_code_used', userId: user.id, context })
-      await this.notify(trx, user, 'A recovery code was used', `One of your recovery codes was used to sign in to your ${this.deps.brand.appName} account. Each code works once; you can make a new set in your account settings.`)
-      return true
-    })
-    if (!used) return null
-    this.deps.mailQueue.kick()
-    return 'otp'
+    return normalised === null ? null : { kind: 'recovery_code', hash: this.deps.hasher.hash('recovery_code', normalised) }
+  }
+
+  /**
+   * Uses a matched code up inside the caller's transaction; false when it was taken meanwhile. A
+   * TOTP step is accepted once per factor (it must be later than every step used before, checked
+   * again in the update itself); a recovery code once, recorded and mailed to the account.
+   */
+  private async useCode(trx: Db['kysely'], user: UserRow, match: CodeMatch, context: RequestContext): Promise<boolean> {
+    const now = this.deps.clock.now()
+    if (match.kind === 'totp') return factors.acceptStep(trx, match.factorId, match.step, now)
+    if (!(await recoveryCodes.consume(trx, user.id, match.hash, now))) return false
+    await recordEvent(trx, this.deps.clock, { type: 'mfa.recovery_code_used', userId: user.id, context })
+    await this.notify(trx, user, 'A recovery code was used', `One of your recovery codes was used to sign in to your ${this.deps.brand.appName} account. Each code works once; you can make a new set in your account settings.`)
+    return true
   }
 
   private async wrongCode(user: UserRow, context: RequestContext, step: 'login' | 'step_up'): Promise<AppError> {
