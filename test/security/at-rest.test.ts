@@ -111,7 +111,7 @@ for (const engine of ENGINES) {
       }
     })
 
-    test('after a full flow, no column of any table holds a private key, a password, a token or an API key in the clear', async () => {
+    test('after a full flow, no column of any table (nor, on SQLite, the raw file and WAL) holds a private key, a password, a token, an API key, a TOTP secret or a recovery code in the clear', async () => {
       const t = await startTestApp(engine)
       const secrets: { what: string; value: string }[] = []
       try {
@@ -158,6 +158,12 @@ for (const engine of ENGINES) {
           secrets.push({ what: `private key ${row.kid}`, value: jwk.d })
         }
 
+        // On SQLite also the raw database file and its WAL: free pages and old frames included.
+        if (engine === 'sqlite') {
+          const raw = await snapshot(t.storage)
+          assert.ok(raw.includes(factorOwner.email), 'the raw scan reads the data')
+          for (const secret of secrets) assert.ok(!raw.includes(secret.value), `${secret.what} in the clear in the SQLite file or its WAL`)
+        }
         const dump = await everyValue(t)
         assert.ok(dump.has('users') && dump.has('api_keys') && dump.has('signing_keys') && dump.has('audit_events') && dump.has('mail_outbox') && dump.has('mfa_factors') && dump.has('mfa_recovery_codes') && dump.has('mfa_challenges'))
         for (const [table, text] of dump) {
