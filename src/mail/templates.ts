@@ -31,26 +31,31 @@ function actionMail(brand: MailBrand, mail: ActionMail): MailMessage {
 }
 
 function htmlDocument(brand: MailBrand, mail: ActionMail): Html {
-  const font = 'font-family: -apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif'
-  return html`<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${mail.subject}</title>
-</head>
-<body style="margin: 0; padding: 24px; background: #f4f5f7; color: #1c1f24; ${font}">
-<table role="presentation" width="100%" cellpadding="0" cellspacing="0" style="max-width: 560px; margin: 0 auto; background: #ffffff; border-radius: 8px;">
-<tr><td style="padding: 32px;">
-<p style="margin: 0 0 16px; font-size: 20px; font-weight: bold;">${brand.appName}</p>
-<p style="margin: 0 0 16px; font-size: 16px; line-height: 1.5;">${mail.intro}</p>
+  return htmlShell(brand, mail.subject, html`<p style="margin: 0 0 16px; font-size: 16px; line-height: 1.5;">${mail.intro}</p>
 <p style="margin: 0 0 24px; font-size: 16px; line-height: 1.5;">${mail.lead}.</p>
 <p style="margin: 0 0 24px;"><a href="${mail.link}" style="display: inline-block; padding: 12px 24px; background: #1d4ed8; color: #ffffff; text-decoration: none; border-radius: 6px; font-size: 16px; font-weight: bold;">${mail.action}</a></p>
 <p style="margin: 0 0 8px; font-size: 14px; line-height: 1.5;">If the button does not work, copy this address into your browser:</p>
 <p style="margin: 0 0 24px; font-size: 14px; line-height: 1.5; word-break: break-all;"><a href="${mail.link}" style="color: #1d4ed8;">${mail.link}</a></p>
 <p style="margin: 0 0 8px; font-size: 14px; line-height: 1.5;">${mail.codeLabel}:</p>
 <p style="margin: 0 0 24px; font-size: 14px; font-family: monospace; word-break: break-all;">${mail.token}</p>
-<p style="margin: 0; font-size: 14px; line-height: 1.5; color: #4b5563;">${mail.outro}</p>
+<p style="margin: 0; font-size: 14px; line-height: 1.5; color: #4b5563;">${mail.outro}</p>`)
+}
+
+/** The frame every HTML mail shares: the product's name over the content, inline styles only. */
+function htmlShell(brand: MailBrand, subject: string, content: Html): Html {
+  const font = 'font-family: -apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif'
+  return html`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${subject}</title>
+</head>
+<body style="margin: 0; padding: 24px; background: #f4f5f7; color: #1c1f24; ${font}">
+<table role="presentation" width="100%" cellpadding="0" cellspacing="0" style="max-width: 560px; margin: 0 auto; background: #ffffff; border-radius: 8px;">
+<tr><td style="padding: 32px;">
+<p style="margin: 0 0 16px; font-size: 20px; font-weight: bold;">${brand.appName}</p>
+${content}
 </td></tr>
 </table>
 </body>
@@ -94,24 +99,7 @@ export function passwordResetMail(brand: MailBrand, to: string, link: string, to
 export function securityNoticeMail(brand: MailBrand, to: string, notice: { subject: string; what: string }): MailMessage {
   const outro = `If this was not you, reset your password at once and contact the ${brand.appName} team.`
   const text = [`This is a security notice from ${brand.appName}.`, '', notice.what, '', outro].join('\n')
-  const font = 'font-family: -apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif'
-  const body = html`<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${notice.subject}</title>
-</head>
-<body style="margin: 0; padding: 24px; background: #f4f5f7; color: #1c1f24; ${font}">
-<table role="presentation" width="100%" cellpadding="0" cellspacing="0" style="max-width: 560px; margin: 0 auto; background: #ffffff; border-radius: 8px;">
-<tr><td style="padding: 32px;">
-<p style="margin: 0 0 16px; font-size: 20px; font-weight: bold;">${brand.appName}</p>
-<p style="margin: 0 0 16px; font-size: 16px; line-height: 1.5;">${notice.what}</p>
-<p style="margin: 0; font-size: 14px; line-height: 1.5; color: #4b5563;">${outro}</p>
-</td></tr>
-</table>
-</body>
-</html>
-`
+  const body = htmlShell(brand, notice.subject, html`<p style="margin: 0 0 16px; font-size: 16px; line-height: 1.5;">${notice.what}</p>
+<p style="margin: 0; font-size: 14px; line-height: 1.5; color: #4b5563;">${outro}</p>`)
   return { to, subject: notice.subject, text, html: body.value }
 }
