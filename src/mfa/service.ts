@@ -300,7 +300,10 @@ export class MfaService {
       return null
     }
     const normalised = normaliseRecoveryCode(code)
-    return normalised === null ? null : { kind: 'recovery_code', hash: this.deps.hasher.hash('recovery_code', normalised) }
+    if (normalised === null) return null
+    // Checked here too, so a wrong code is refused before any token is signed or a commit joined.
+    const hash = this.deps.hasher.hash('recovery_code', normalised)
+    return (await recoveryCodes.isUnused(this.db, user.id, hash)) ? { kind: 'recovery_code', hash } : null
   }
 
   /**

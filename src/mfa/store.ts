@@ -84,6 +84,11 @@ export const recoveryCodes = {
     await db.insertInto('mfa_recovery_codes').values(hashes.map((code_hash) => ({ code_hash, user_id: userId, created_at: at, used_at: null }))).execute()
   },
 
+  async isUnused(db: Executor, userId: string, hash: string): Promise<boolean> {
+    const row = await db.selectFrom('mfa_recovery_codes').select('code_hash').where('code_hash', '=', hash).where('user_id', '=', userId).where('used_at', 'is', null).executeTakeFirst()
+    return row !== undefined
+  },
+
   /** Uses a code up in one statement: two concurrent uses of one code cannot both succeed. */
   async consume(db: Executor, userId: string, hash: string, at: number): Promise<boolean> {
     const result = await db
