@@ -16,6 +16,7 @@ import { installValidation } from './http/validation.ts'
 import { HandlersInFlight } from './http/in-flight.ts'
 import { lazyRequestLogger, logDestination, REDACT_PATHS, requestLineLogger, serializeError } from './logger.ts'
 import { protectedMfaRoutes, publicMfaRoutes, recentSecondFactor } from './mfa/routes.ts'
+import { protectedOidcRoutes, publicOidcRoutes } from './oidc/routes.ts'
 import { pageRoutes } from './pages/routes.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
 import { watchlistRoutes } from './watchlists/routes.ts'
@@ -121,25 +122,30 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     production: config.production,
     nativeTls: config.tls !== undefined,
     corsOrigins: config.corsOrigins,
-    credentialPaths: cookies.routes(),
+    // The cookie routes, and linking an identity provider (its answer sets the flow's cookie).
+    credentialPaths: [...cookies.routes(), ...config.oidc.providers.map((p) => `${config.basePath}/auth/oidc/${p.name}/link`)],
   })
   installValidation(app)
   installErrorHandling(app)
 
   await registerApiDocs(app, config.publicUrl)
 
-  const { auth, mfa, lifecycle, dataRights, admin, apiKeys, db, keys, watchlists, limits, hasher, metrics, readiness } = services
+  const { auth, mfa, oidc, lifecycle, dataRights, admin, apiKeys, db, keys, watchlists, limits, hasher, metrics, readiness } = services
   // The sensitive actions need a recent second factor when the account has one (src/mfa/).
   const recent = recentSecondFactor(mfa)
+  const brand = { appName: config.appName, appUrl: config.appUrl }
+  const oidcRoutes = { basePath: config.basePath, secure: config.production || config.publicUrl.startsWith('https://'), brand }
   await app.register(opsRoutes, { db, keys, metrics, readiness })
   // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
-  await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand: { appName: config.appName, appUrl: config.appUrl }, ownOrigin: new URL(config.publicUrl).origin })
+  await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand, ownOrigin: new URL(config.publicUrl).origin })
   await app.register(
     async (api) => {
       await api.register(async (open) => {
         await publicAuthRoutes(open, auth, limits, hasher, cookies)
         await publicLifecycleRoutes(open, lifecycle, limits, hasher, cookies)
-        await publicMfaRoutes(open, mfa, limits, cookies)
+        await publicMfaRoutes(open, mfa, limits, cookies, auth)
+        // Sign-in with an identity provider (src/oidc/).
+        await publicOidcRoutes(open, oidc, limits, cookies, oidcRoutes)
       })
       await api.register(async (scope) => {
         protect(scope, auth)
@@ -147,6 +153,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
         await protectedLifecycleRoutes(scope, lifecycle, hasher, cookies, recent)
         await dataRightsRoutes(scope, dataRights, limits, hasher, cookies, recent)
         await protectedMfaRoutes(scope, mfa, recent)
+        await protectedOidcRoutes(scope, oidc, recent, oidcRoutes)
         await watchlistRoutes(scope, watchlists)
       })
       // Operators: API keys, never a user's token (src/admin/).

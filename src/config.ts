@@ -43,6 +43,11 @@ const EnvSchema = Type.Object({
   HASH_WAIT_SECONDS: Type.Integer({ minimum: 1, maximum: 60, default: 5 }),
   MAIL_MAX_AGE_HOURS: Type.Integer({ minimum: 1, maximum: 720, default: 24 }),
   MAIL_LEASE_SECONDS: Type.Integer({ minimum: 1, maximum: 3600, default: 120 }),
+  WEBAUTHN_RP_ID: Type.Optional(Type.String({ minLength: 1, maxLength: 253, pattern: '^[A-Za-z0-9.-]+$' })),
+  WEBAUTHN_RP_NAME: Type.Optional(Type.String({ minLength: 1, maxLength: 60, pattern: '^[^\\u0000-\\u001f\\u007f]+$' })),
+  WEBAUTHN_ORIGINS: Type.Optional(Type.String({ minLength: 1 })),
+  OIDC_PROVIDERS: Type.Optional(Type.String({ minLength: 1, maxLength: 400 })),
+  OIDC_REDIRECT_ORIGINS: Type.Optional(Type.String({ minLength: 1 })),
   MFA_STEP_UP_SECONDS: Type.Integer({ minimum: 30, maximum: 86_400, default: 600 }),
   AUDIT_RETENTION_DAYS: Type.Integer({ minimum: 0, maximum: 36_500, default: 365 }),
   RETENTION_INTERVAL_SECONDS: Type.Integer({ minimum: 1, maximum: 86_400, default: 3600 }),
@@ -127,13 +132,91 @@ function parseKek(variable: string, value: string | undefined): Buffer | undefin
 
 const ORIGIN = /^https?:\/\/[A-Za-z0-9.-]+(:\d{1,5})?$/
 
-function parseOrigins(value: string | undefined): string[] {
+function parseOrigins(value: string | undefined, variable = 'CORS_ORIGINS'): string[] {
   if (value === undefined) return []
   const origins = value.split(',').map((origin) => origin.trim()).filter(Boolean)
   for (const origin of origins) {
-    if (!ORIGIN.test(origin)) throw new ConfigError('CORS_ORIGINS', `has "${origin}", which is not an origin like https://app.example.com`)
+    if (!ORIGIN.test(origin)) throw new ConfigError(variable, `has "${origin}", which is not an origin like https://app.example.com`)
   }
   return origins
+}
+
+/**
+ * The passkey relying party (API.md, Passkeys). A browser makes credentials only for an RP ID that
+ * is the page's host or a parent domain of it: an origin given in WEBAUTHN_ORIGINS that cannot
+ * fit is a start-up error, not a ceremony that fails later for every user. The default origins
+ * (PUBLIC_URL's and CORS_ORIGINS) keep only those that fit, so a CORS origin on another domain
+ * does not stop a service that never meant it for passkeys.
+ */
+function relyingParty(env: { WEBAUTHN_RP_ID?: string; WEBAUTHN_RP_NAME?: string; WEBAUTHN_ORIGINS?: string }, publicUrl: string, corsOrigins: string[], appName: string) {
+  const id = (env.WEBAUTHN_RP_ID ?? new URL(publicUrl).hostname).toLowerCase()
+  const fits = (origin: string) => {
+    const host = new URL(origin).hostname.toLowerCase()
+    return host === id || host.endsWith(`.${id}`)
+  }
+  let origins: string[]
+  if (env.WEBAUTHN_ORIGINS) {
+    origins = parseOrigins(env.WEBAUTHN_ORIGINS, 'WEBAUTHN_ORIGINS')
+    const misfit = origins.find((origin) => !fits(origin))
+    if (misfit) throw new ConfigError('WEBAUTHN_ORIGINS', `has ${misfit}, whose host is not ${id} (WEBAUTHN_RP_ID) or a subdomain of it`)
+  } else {
+    origins = [new URL(publicUrl).origin, ...corsOrigins].filter(fits)
+    if (origins.length === 0) throw new ConfigError('WEBAUTHN_RP_ID', `(${id}) fits neither PUBLIC_URL nor CORS_ORIGINS: set WEBAUTHN_ORIGINS to the pages that use passkeys`)
+  }
+  return { id, name: env.WEBAUTHN_RP_NAME?.trim() || appName, origins }
+}
+
+/** One identity provider (API.md, OpenID Connect), from OIDC_PROVIDERS and its OIDC_{NAME}_* variables. */
+export interface OidcProviderConfig {
+  /** As in OIDC_PROVIDERS and the URLs: lower-case letters, digits and dashes. */
+  name: string
+  label: string
+  issuer: string
+  clientId: string
+  /** Unset for a public client. */
+  clientSecret: string | undefined
+  scopes: string
+  /** OIDC_{NAME}_TRUST_EMAIL: the operator vouches for addresses this provider sends without email_verified. */
+  trustEmail: boolean
+}
+
+const PROVIDER_NAME = /^[a-z][a-z0-9-]{0,31}$/
+
+/**
+ * The identity providers. Their variables are named after them (OIDC_GOOGLE_ISSUER for `google`),
+ * so they are read here rather than declared in the schema above. An issuer must be https://,
+ * except a loopback one outside production (a provider run beside the service in development).
+ */
+function oidcProviders(source: Record<string, string | undefined>, list: string | undefined, production: boolean): OidcProviderConfig[] {
+  if (list === undefined) return []
+  const names = list.split(',').map((name) => name.trim()).filter(Boolean)
+  const providers: OidcProviderConfig[] = []
+  for (const name of names) {
+    if (!PROVIDER_NAME.test(name)) throw new ConfigError('OIDC_PROVIDERS', `has "${name}": a provider's name is lower-case letters, digits and dashes, starting with a letter`)
+    if (providers.some((p) => p.name === name)) throw new ConfigError('OIDC_PROVIDERS', `names ${name} twice`)
+    const prefix = `OIDC_${name.toUpperCase().replace(/-/g, '_')}_`
+    const read = (key: string) => source[prefix + key]?.trim() || undefined
+    const issuer = read('ISSUER')
+    const clientId = read('CLIENT_ID')
+    if (!issuer) throw new ConfigError(`${prefix}ISSUER`, `must be set for the provider ${name} (its issuer URL, e.g. https://accounts.google.com)`)
+    if (!clientId) throw new ConfigError(`${prefix}CLIENT_ID`, `must be set for the provider ${name}`)
+    let url: URL
+    try {
+      url = new URL(issuer)
+    } catch {
+      throw new ConfigError(`${prefix}ISSUER`, 'must be a URL')
+    }
+    const loopback = ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname)
+    if (url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback && !production)) {
+      throw new ConfigError(`${prefix}ISSUER`, 'must be an https:// URL (http:// only for a loopback provider outside production)')
+    }
+    const trust = read('TRUST_EMAIL')
+    if (trust !== undefined && trust !== 'true' && trust !== 'false') throw new ConfigError(`${prefix}TRUST_EMAIL`, 'must be true or false')
+    const scopes = read('SCOPES') ?? 'openid email profile'
+    if (!scopes.split(/\s+/).includes('openid')) throw new ConfigError(`${prefix}SCOPES`, 'must include openid')
+    providers.push({ name, label: read('LABEL') ?? name.charAt(0).toUpperCase() + name.slice(1), issuer, clientId, clientSecret: read('CLIENT_SECRET'), scopes, trustEmail: trust === 'true' })
+  }
+  return providers
 }
 
 export function loadConfig(source: Record<string, string | undefined> = process.env) {
@@ -201,6 +284,15 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     mailQueue: { maxAgeMs: env.MAIL_MAX_AGE_HOURS * 3600_000, leaseMs: env.MAIL_LEASE_SECONDS * 1000 },
     /** How recent a second factor must be for the sensitive actions (API.md, step-up). */
     mfaStepUpMs: env.MFA_STEP_UP_SECONDS * 1000,
+    /** The identity providers, and the origins a provider sign-in may send the browser back to. */
+    oidc: {
+      providers: oidcProviders(source, env.OIDC_PROVIDERS, production),
+      redirectOrigins: env.OIDC_REDIRECT_ORIGINS
+        ? parseOrigins(env.OIDC_REDIRECT_ORIGINS, 'OIDC_REDIRECT_ORIGINS')
+        : [...new Set([...(env.APP_URL ? [new URL(env.APP_URL).origin] : []), new URL(publicUrl).origin, ...parseOrigins(env.CORS_ORIGINS)])],
+    },
+    /** The passkey relying party: RP ID, its name, the origins ceremonies may come from. */
+    webauthn: relyingParty(env, publicUrl, parseOrigins(env.CORS_ORIGINS), env.APP_NAME.trim()),
     /** What is deleted, and how often: ended sessions, spent tokens, mail records, old audit events (src/retention.ts). */
     retention: { intervalMs: env.RETENTION_INTERVAL_SECONDS * 1000, auditDays: env.AUDIT_RETENTION_DAYS },
     /** After SIGTERM: how long /readyz says 503 while everything else is still served (5 s in production). */

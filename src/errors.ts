@@ -28,6 +28,7 @@ export const ErrorCodes = {
   MFA_REQUIRED: { status: 403, message: 'A second factor is required.' },
   INVALID_MFA_CODE: { status: 401, message: 'The code is wrong, already used or expired.' },
   INVALID_MFA_TOKEN: { status: 401, message: 'The mfa_token is unknown, used or expired; log in again.' },
+  LAST_SIGN_IN_METHOD: { status: 409, message: 'This is the only way left to sign in to the account; add another before removing it.' },
   RATE_LIMITED: { status: 429, message: 'Too many requests; try again later.' },
   INTERNAL_ERROR: { status: 500, message: 'An internal error occurred.' },
   SERVICE_UNAVAILABLE: { status: 503, message: 'The service is temporarily unavailable; try again later.' },

@@ -14,6 +14,9 @@ import { SessionGate } from './auth/revocation.ts'
 import { SessionOpener } from './auth/sessions.ts'
 import { SecretHasher } from './mfa/codes.ts'
 import { MfaService } from './mfa/service.ts'
+import { RelyingParty } from './mfa/webauthn.ts'
+import { OidcProviders } from './oidc/providers.ts'
+import { OidcService } from './oidc/service.ts'
 import { AuthService } from './auth/service.ts'
 import { REFRESH_TTL_SECONDS, TokenService } from './auth/tokens.ts'
 import { Background } from './background.ts'
@@ -61,6 +64,7 @@ export interface AppServices {
   tokens: TokenService
   auth: AuthService
   mfa: MfaService
+  oidc: OidcService
   lifecycle: LifecycleService
   accounts: AccountService
   dataRights: DataRights
@@ -116,8 +120,12 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
     : new MemoryStore(clock)
   started.push(() => store.close())
   if (store instanceof RedisStore) await store.ready()
+  // Discovery at start; a provider that does not answer is retried and shown as unavailable.
+  const identityProviders = new OidcProviders(config.oidc.providers, logger)
+  await identityProviders.start()
+  started.push(() => identityProviders.stop())
   return {
-    db, clock, sealer, keys, metrics, mailQueue, retention, commits, feed, gate,
+    db, clock, sealer, keys, metrics, mailQueue, retention, commits, feed, gate, identityProviders,
     background: new Background(logger),
     limits: new Limits(store, clock, config.limits),
     hasher: boundedHasher(overrides.hasher ?? createArgon2Hasher(), config.hashing),
@@ -129,11 +137,12 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const { db, clock, sealer, keys, mailQueue, commits, feed, gate, background, limits, hasher } = infra
   const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock, ...(overrides.tokenCacheSize ? { cacheSize: overrides.tokenCacheSize } : {}) })
   const brand = { appName: config.appName }
-  const sessions = new SessionOpener({ tokens, clock, commits })
+  const sessions = new SessionOpener({ tokens, clock, commits, requireEmailVerification: config.requireEmailVerification })
   const mfa = new MfaService({
     db, clock, sealer, sessions, tokens, limits, mailQueue, brand,
     hasher: new SecretHasher(await sealedSecret(db, sealer, 'mfa_hmac', clock.now())),
     stepUpMs: config.mfaStepUpMs,
+    rp: new RelyingParty(config.webauthn),
   })
   const auth = new AuthService({
     db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand, commits, sessions, secondFactor: mfa,
@@ -145,10 +154,19 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const cursors = new CursorCodec(await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now()))
   const watchlists = new WatchlistService(db, clock, cursors)
   const audit = new AuditLog(db)
-  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa })
+  const oidc = new OidcService({
+    db, clock, sealer, sessions, logger, auth,
+    providers: infra.identityProviders,
+    hmacKey: await sealedSecret(db, sealer, 'oidc_hmac', clock.now()),
+    secondFactor: mfa,
+    hasPasskey: (userId) => mfa.hasPasskey(userId),
+    apiUrl: `${config.publicUrl}${config.basePath}`,
+    redirectOrigins: config.oidc.redirectOrigins,
+  })
+  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc })
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
-  const admin = new AdminService(db, clock, accounts, audit, cursors, mfa)
-  return { tokens, auth, mfa, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin }
+  const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc)
+  return { tokens, auth, mfa, oidc, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {

@@ -8,6 +8,7 @@ import { recordEvent, type RequestContext } from '../audit/events.ts'
 import type { AuditLog } from '../audit/service.ts'
 import type { Limits } from '../limits/limits.ts'
 import type { MfaService } from '../mfa/service.ts'
+import type { OidcService } from '../oidc/service.ts'
 import type { WatchlistService } from '../watchlists/service.ts'
 import { statusOf, UnknownUserError, type AccountService } from './service.ts'
 import { accountStore } from './store.ts'
@@ -22,6 +23,8 @@ export interface DataRightsDeps {
   watchlists: WatchlistService
   /** The second-factor module: the confirmed factors, never a secret. */
   secondFactors: Pick<MfaService, 'summaryOf'>
+  /** The identity-provider module: the linked identities. */
+  identities: Pick<OidcService, 'list'>
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
@@ -64,12 +67,13 @@ export class DataRights {
     const user = await users.findById(db, principal.userId)
     if (!user) throw new AppError('INVALID_TOKEN')
     await recordEvent(db, this.deps.clock, { type: 'account.exported', userId: user.id, context })
-    const [sessions, watchlists, events, mail, secondFactors] = await Promise.all([
+    const [sessions, watchlists, events, mail, secondFactors, linked] = await Promise.all([
       accountStore.allSessions(db, user.id),
       this.deps.watchlists.allOf(user.id),
       this.deps.audit.ofUser(user.id),
       accountStore.mailOf(db, user.id),
       this.deps.secondFactors.summaryOf(user.id),
+      this.deps.identities.list(user.id),
     ])
     return {
       user: {
@@ -97,6 +101,7 @@ export class DataRights {
       watchlists,
       events,
       factors: secondFactors.factors,
+      identities: linked.identities,
       mail: mail.map((message) => ({
         id: message.id,
         kind: message.kind,

@@ -3,6 +3,7 @@ import { Password, OneTimeToken } from '../auth/schemas.ts'
 import { Body, Envelope } from '../http/schemas.ts'
 import { AuditEvent } from '../audit/schemas.ts'
 import { Factor } from '../mfa/schemas.ts'
+import { Identity } from '../oidc/schemas.ts'
 import { Watchlist } from '../watchlists/schemas.ts'
 
 /** The lifecycle routes' schemas: they validate, serialise, document and type the client. */
@@ -67,6 +68,7 @@ export const AccountExport = Envelope(
     watchlists: Type.Array(Watchlist),
     events: Type.Array(AuditEvent),
     factors: Type.Array(Factor, { description: 'Confirmed second factors, without their secrets' }),
+    identities: Type.Array(Identity, { description: 'Identity-provider accounts linked to this one' }),
     mail: Type.Array(
       Type.Object({
         id: Type.String(),

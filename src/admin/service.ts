@@ -9,6 +9,7 @@ import type { Db } from '../db/index.ts'
 import type { UserRow } from '../db/repositories.ts'
 import { AppError } from '../errors.ts'
 import type { MfaService } from '../mfa/service.ts'
+import type { OidcService } from '../oidc/service.ts'
 import { isUuid } from '../text.ts'
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
@@ -31,6 +32,8 @@ export class AdminService {
     private readonly cursors: CursorCodec,
     /** The second-factor module, for the single-user view and the operator's reset. */
     private readonly mfa: Pick<MfaService, 'summaryOf' | 'resetFor' | 'kickMail'>,
+    /** The identity-provider module, for the single-user view. */
+    private readonly identities: Pick<OidcService, 'list'>,
   ) {}
 
   private async views(rows: UserRow[]) {
@@ -79,7 +82,7 @@ export class AdminService {
 
   private async view(id: string) {
     const row = await this.accounts.find({ id })
-    return { ...(await this.views([row]))[0]!, mfa: await this.mfa.summaryOf(id) }
+    return { ...(await this.views([row]))[0]!, mfa: await this.mfa.summaryOf(id), identities: (await this.identities.list(id)).identities }
   }
 
   /** Removes every second factor and recovery code and revokes every session (API.md, Operators). */

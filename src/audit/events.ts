@@ -44,6 +44,11 @@ export const AUDIT_TYPES = [
   'mfa.verify_failed',
   'mfa.step_up',
   'mfa.reset',
+  'mfa.factor_renamed',
+  'mfa.passkey_counter_regressed',
+  'oidc.linked',
+  'oidc.unlinked',
+  'oidc.refused',
 ] as const
 
 export type AuditType = (typeof AUDIT_TYPES)[number]

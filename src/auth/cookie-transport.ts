@@ -43,7 +43,7 @@ export class CookieTransport {
 
   /** The exact paths that use the cookie: the only ones CORS answers with credentials. */
   routes(): string[] {
-    return ['/login', '/refresh', '/logout', '/mfa/verify'].map((route) => this.path + route)
+    return ['/login', '/refresh', '/logout', '/mfa/verify', '/passkeys/login', '/oidc/exchange'].map((route) => this.path + route)
   }
 
   /** A cookie without the header is ignored: only a request that opted in uses it. */

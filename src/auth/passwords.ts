@@ -16,6 +16,12 @@ export interface Argon2Params {
 /** OWASP Password Storage Cheat Sheet, argon2id option 2: 19 MiB, 2 passes, 1 lane. */
 export const OWASP_ARGON2_PARAMS: Argon2Params = { memoryCost: 19456, timeCost: 2, parallelism: 1 }
 
+/**
+ * The stored "hash" of an account that has no password (made by an identity provider's sign-in):
+ * no PHC string, so no password ever matches it. `forgot-password` can give the account one.
+ */
+export const NO_PASSWORD = '!'
+
 export interface PasswordHasher {
   hash(password: string): Promise<string>
   verify(passwordHash: string, password: string): Promise<boolean>
@@ -32,10 +38,16 @@ export function createArgon2Hasher(params: Argon2Params = OWASP_ARGON2_PARAMS): 
   const options = { ...params, algorithm: ARGON2ID }
   let dummy: Promise<string> | undefined
   const dummyHash = () => (dummy ??= hash(randomBytes(32).toString('base64url'), options))
+  const verifyDummy = async (password: string): Promise<false> => {
+    await verify(await dummyHash(), password).catch(() => false)
+    return false
+  }
 
   return {
     hash: (password) => hash(password, options),
     async verify(passwordHash, password) {
+      // An account without a password costs what a wrong password costs: no hint that it has none.
+      if (passwordHash === NO_PASSWORD) return verifyDummy(password)
       try {
         return await verify(passwordHash, password)
       } catch {
@@ -43,10 +55,7 @@ export function createArgon2Hasher(params: Argon2Params = OWASP_ARGON2_PARAMS): 
         return false
       }
     },
-    async verifyDummy(password) {
-      await verify(await dummyHash(), password).catch(() => false)
-      return false
-    },
+    verifyDummy,
     needsRehash(passwordHash) {
       try {
         const current = parseOptions(passwordHash)

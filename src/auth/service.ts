@@ -13,7 +13,7 @@ import type { Limits } from '../limits/limits.ts'
 import type { SessionGate } from './revocation.ts'
 import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from './input.ts'
 import { hashOneTimeToken, issueOneTimeToken, VERIFICATION_TTL_MS } from './one-time-tokens.ts'
-import { passwordProblems, type PasswordHasher } from './passwords.ts'
+import { NO_PASSWORD, passwordProblems, type PasswordHasher } from './passwords.ts'
 import { assuranceOf, PASSWORD_ONLY, type SessionOpener, type SignIn } from './sessions.ts'
 import { ACCESS_TTL_SECONDS, type TokenService } from './tokens.ts'
 
@@ -151,6 +151,43 @@ export class AuthService {
     this.deps.mailQueue.kick()
   }
 
+  /**
+   * An account made by an identity provider's sign-in (API.md, OpenID Connect): the provider's
+   * verified address, verified here too, and no password (forgot-password can give it one).
+   * `alsoInTransaction` links the identity in the same transaction. EMAIL_EXISTS if the address
+   * was taken meanwhile.
+   */
+  async registerFederated(input: { email: string; fullName: string }, context: RequestContext, alsoInTransaction: (trx: Db['kysely'], user: UserRow) => Promise<void>): Promise<UserRow> {
+    const email = normaliseEmail(input.email)
+    if (emailProblem(email)) throw new AppError('VALIDATION_ERROR', { details: [{ field: 'email', message: emailProblem(email)! }] })
+    const fullName = normaliseFullName(input.fullName)
+    const now = this.deps.clock.now()
+    const row: UserRow = {
+      id: randomUUID(),
+      email,
+      // A name the provider did not give (or one this service would refuse) becomes the address's local part.
+      full_name: fullName.problem || !fullName.value ? email.slice(0, email.indexOf('@')) : fullName.value,
+      password_hash: NO_PASSWORD,
+      email_verified_at: now,
+      status: 'active',
+      disabled_reason: null,
+      created_at: now,
+      updated_at: now,
+      last_login_at: null,
+    }
+    try {
+      await this.db.transaction().execute(async (trx) => {
+        await users.insert(trx, row)
+        await recordEvent(trx, this.deps.clock, { type: 'account.registered', userId: row.id, reason: 'identity_provider', context })
+        await alsoInTransaction(trx, row)
+      })
+    } catch (error) {
+      if (isUniqueViolation(error)) throw new AppError('EMAIL_EXISTS')
+      throw error
+    }
+    return row
+  }
+
   async login(input: { email: string; password: string }, context: RequestContext, transport: 'body' | 'cookie' = 'body') {
     const email = normaliseEmail(input.email)
     // Throttled before any work: the answer (and its cost) is the same for every address.
@@ -199,8 +236,7 @@ export class AuthService {
   }
 
   private assertUsable(user: Pick<UserRow, 'status' | 'email_verified_at'>): void {
-    if (user.status === 'disabled') throw new AppError('ACCOUNT_DISABLED')
-    if (this.deps.requireEmailVerification && user.email_verified_at === null) throw new AppError('EMAIL_NOT_VERIFIED')
+    this.deps.sessions.assertMayOpen(user)
   }
 
   /** Rehash-on-login: raising the argon2 parameters upgrades each account at its next login. */

@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto'
 import { recordEvent, type AuditType, type RequestContext } from '../audit/events.ts'
 import type { Clock } from '../clock.ts'
 import type { GroupCommit } from '../db/group-commit.ts'
-import { sessions, users, type SessionRow } from '../db/repositories.ts'
+import { sessions, users, type SessionRow, type UserRow } from '../db/repositories.ts'
+import { AppError } from '../errors.ts'
 import { ACCESS_TTL_SECONDS, type Assurance, type TokenService } from './tokens.ts'
 
 /** RFC 8176 authentication method references a session can carry. */
@@ -35,6 +36,8 @@ export interface SessionOpenerDeps {
   clock: Clock
   /** Joins small writes into shared commits (src/db/group-commit.ts). */
   commits: GroupCommit
+  /** REQUIRE_EMAIL_VERIFICATION: an unverified address gets no session. */
+  requireEmailVerification: boolean
 }
 
 /**
@@ -44,6 +47,15 @@ export interface SessionOpenerDeps {
  */
 export class SessionOpener {
   constructor(private readonly deps: SessionOpenerDeps) {}
+
+  /**
+   * The account checks every way in makes after its credential (API.md, Login order): a disabled
+   * account, then an unverified address when verification is required, gets no session.
+   */
+  assertMayOpen(user: Pick<UserRow, 'status' | 'email_verified_at'>): void {
+    if (user.status === 'disabled') throw new AppError('ACCOUNT_DISABLED')
+    if (this.deps.requireEmailVerification && user.email_verified_at === null) throw new AppError('EMAIL_NOT_VERIFIED')
+  }
 
   /**
    * `alsoInTransaction` runs first in the session's transaction (a second step uses up its code and

@@ -1,9 +1,10 @@
 import { PortcullisError } from './errors.ts'
 import { memoryStorage, type TokenStorage } from './storage.ts'
 import { Tabs } from './tabs.ts'
+import { createCredential, getCredential } from './webauthn.ts'
 import type {
-  AccountDeletion, AccountExport, ChangePasswordInput, CreateWatchlistInput, FactorList, FactorRemoval, LoginInput, LoginResult, Me, MfaChallengeInfo, MfaRequired,
-  RecoveryCodes, RefreshResult, RegisterInput, Registration, Session, SessionRevocation, StepUpInput, StepUpResult, TotpConfirmation, TotpEnrolment,
+  AccountDeletion, AccountExport, ChangePasswordInput, CreateWatchlistInput, FactorList, FactorRemoval, FactorRename, LoginInput, LoginResult, Me, MfaChallengeInfo, MfaRequired,
+  IdentityList, IdentityRemoval, OidcLinkStart, OidcProviders, PasskeyCreation, PasskeyLogin, PasskeyRequest, RecoveryCodes, RefreshResult, RegisterInput, Registration, Session, SessionRevocation, StepUpInput, StepUpResult, TotpConfirmation, TotpEnrolment,
   UpdateWatchlistInput, Verification, VerifyMfaInput, Watchlist, WatchlistDeletion, WatchlistPage, WatchlistQuery,
 } from './types.ts'
 
@@ -50,6 +51,8 @@ interface Call {
   bearer?: boolean
   /** Uses the refresh cookie: the opt-in header, and credentials for a cross-origin API. */
   cookie?: boolean
+  /** Credentials for a cross-origin API without the cookie header (the answer sets another cookie). */
+  credentials?: boolean
 }
 
 const JSON_TYPE = 'application/json'
@@ -178,7 +181,7 @@ export class PortcullisClient {
         headers,
         ...(call.body === undefined ? {} : { body: JSON.stringify(call.body) }),
         // The refresh cookie crosses to an API on another origin only on the cookie routes.
-        credentials: call.cookie ? 'include' : 'same-origin',
+        credentials: call.cookie || call.credentials ? 'include' : 'same-origin',
       })
     } catch (cause) {
       throw new PortcullisError({ code: 'NETWORK_ERROR', status: 0, message: `No answer from ${this.baseUrl}`, cause })
@@ -399,6 +402,114 @@ export class PortcullisClient {
   /** A new set of ten; the old set stops working. */
   regenerateRecoveryCodes(): Promise<RecoveryCodes> {
     return this.request({ method: 'POST', path: '/auth/mfa/recovery-codes', bearer: true })
+  }
+
+  /** A factor's new name ("work laptop"). */
+  renameFactor(factorId: string, name: string): Promise<FactorRename> {
+    return this.request({ method: 'PATCH', path: `/auth/mfa/factors/${encodeURIComponent(factorId)}`, body: { name }, bearer: true })
+  }
+
+  /**
+   * Adds a passkey in this browser: the server's options, the browser's own dialog
+   * (navigator.credentials.create), the credential back to the server. The account's first factor
+   * answers `recovery_codes`: show them once. Needs a recent second factor when the account has one.
+   */
+  async registerPasskey(name?: string): Promise<TotpConfirmation> {
+    const { options } = await this.passkeyRegistrationOptions()
+    const credential = await createCredential(options)
+    return this.request({ method: 'POST', path: '/auth/passkeys/register', body: name === undefined ? { credential } : { credential, name }, bearer: true })
+  }
+
+  /** Signs in with a passkey alone (discoverable: the browser offers the user's passkeys for this site). */
+  async loginWithPasskey(): Promise<LoginResult> {
+    const { challenge_id, options } = await this.passkeyLoginOptions()
+    const credential = await getCredential(options)
+    return this.signedIn(await this.request<LoginResult>({ method: 'POST', path: '/auth/passkeys/login', body: { challenge_id, credential }, cookie: this.transport === 'cookie' }))
+  }
+
+  /** The second step of a login with one of the account's passkeys (`methods` includes "passkey"). */
+  async verifyMfaWithPasskey(mfaToken: string): Promise<LoginResult> {
+    const { options } = await this.passkeyOptions(mfaToken)
+    const credential = await getCredential(options)
+    return this.verifyMfa({ mfa_token: mfaToken, method: 'passkey', credential } as VerifyMfaInput)
+  }
+
+  /** stepUp() with one of the account's passkeys. */
+  async stepUpWithPasskey(): Promise<StepUpResult> {
+    const { options } = await this.passkeyOptions()
+    const credential = await getCredential(options)
+    return this.stepUp({ method: 'passkey', credential } as StepUpInput)
+  }
+
+  // The ceremonies' first halves, for an application that calls WebAuthn itself (a native app, a
+  // custom dialog); the methods above use them.
+
+  /** Creation options for navigator.credentials.create(); then POST the credential with registerPasskey's route. */
+  passkeyRegistrationOptions(): Promise<PasskeyCreation> {
+    return this.request({ method: 'POST', path: '/auth/passkeys/register/options', bearer: true })
+  }
+
+  /** Request options for a passwordless login, and the challenge_id to send back with the credential. */
+  passkeyLoginOptions(): Promise<PasskeyLogin> {
+    return this.request({ method: 'POST', path: '/auth/passkeys/login/options' })
+  }
+
+  /** Request options for the account's passkeys: for the login's second step (with its mfa_token), or for step-up (without). */
+  passkeyOptions(mfaToken?: string): Promise<PasskeyRequest> {
+    return mfaToken === undefined
+      ? this.request({ method: 'POST', path: '/auth/mfa/passkey/options', bearer: true })
+      : this.request({ method: 'POST', path: '/auth/mfa/passkey/options', body: { mfa_token: mfaToken } })
+  }
+
+  /** The identity providers a login screen shows ("Continue with Google"), and whether each is up. */
+  oidcProviders(): Promise<OidcProviders> {
+    return this.request({ method: 'GET', path: '/auth/oidc/providers' })
+  }
+
+  /**
+   * Where to send the browser to sign in with a provider (`window.location.assign(url)`). It comes
+   * back to `redirectTo` (on one of OIDC_REDIRECT_ORIGINS) with `?code=`, to pass to
+   * exchangeOidcCode(), or with `?error=`.
+   */
+  startOidc(name: string, redirectTo: string): string {
+    return this.url(`/auth/oidc/${encodeURIComponent(name)}/start`, { redirect_to: redirectTo })
+  }
+
+  /** The callback URL to register at the provider for `name` (the provider sends the browser there, not the app). */
+  oidcCallback(name: string): string {
+    return this.url(`/auth/oidc/${encodeURIComponent(name)}/callback`)
+  }
+
+  /**
+   * The one-time code from the provider's return for a session (in cookie mode, with the cookie);
+   * an account with a second factor answers MfaRequired, as login() does.
+   */
+  async exchangeOidcCode(code: string): Promise<LoginResult | MfaRequired> {
+    try {
+      return await this.signedIn(await this.request<LoginResult>({ method: 'POST', path: '/auth/oidc/exchange', body: { code }, cookie: this.transport === 'cookie' }))
+    } catch (error) {
+      const mfa = error instanceof PortcullisError && error.code === 'MFA_REQUIRED' ? error.mfa : undefined
+      if (mfa && 'mfa_token' in mfa) return { mfa_required: true, ...mfa }
+      throw error
+    }
+  }
+
+  /**
+   * Links a provider to the signed-in account: send the browser to the answer's
+   * `authorization_url`; it comes back to `redirectTo` with `?linked=` or `?error=`. The answer sets
+   * the flow's cookie, so the call carries credentials.
+   */
+  linkOidc(name: string, redirectTo: string): Promise<OidcLinkStart> {
+    return this.request({ method: 'POST', path: `/auth/oidc/${encodeURIComponent(name)}/link`, body: { redirect_to: redirectTo }, bearer: true, credentials: true })
+  }
+
+  listIdentities(): Promise<IdentityList> {
+    return this.request({ method: 'GET', path: '/auth/me/identities', bearer: true })
+  }
+
+  /** LAST_SIGN_IN_METHOD when it is the account's only way in. */
+  unlinkIdentity(id: string): Promise<IdentityRemoval> {
+    return this.request({ method: 'DELETE', path: `/auth/me/identities/${encodeURIComponent(id)}`, bearer: true })
   }
 
   /** A new access token now, without waiting for one to expire. */

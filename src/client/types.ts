@@ -3,6 +3,7 @@ import type * as accounts from '../accounts/schemas.ts'
 import type * as auth from '../auth/schemas.ts'
 import type { ErrorCode, MfaChallenge } from '../errors.ts'
 import type * as mfa from '../mfa/schemas.ts'
+import type * as oidc from '../oidc/schemas.ts'
 import type * as watchlists from '../watchlists/schemas.ts'
 
 /**
@@ -53,6 +54,16 @@ export type TotpEnrolment = DataOf<typeof mfa.TotpEnrolment>
 export type TotpConfirmation = DataOf<typeof mfa.Confirmed>
 export type FactorRemoval = DataOf<typeof mfa.FactorDeleted>
 export type RecoveryCodes = DataOf<typeof mfa.NewRecoveryCodes>
+export type FactorRename = DataOf<typeof mfa.Renamed>
+/** The server's WebAuthn options, for navigator.credentials.create / get. */
+export type PasskeyCreation = { options: Record<string, unknown> }
+export type PasskeyRequest = { options: Record<string, unknown> }
+export type PasskeyLogin = { challenge_id: string; options: Record<string, unknown> }
+export type OidcProviders = DataOf<typeof oidc.ProviderList>
+export type OidcLinkStart = DataOf<typeof oidc.LinkStarted>
+export type Identity = Static<typeof oidc.Identity>
+export type IdentityList = DataOf<typeof oidc.IdentityList>
+export type IdentityRemoval = DataOf<typeof oidc.IdentityDeleted>
 /** What an MFA_REQUIRED error carries: a login's challenge, or `step_up` for a sensitive action. */
 export type MfaChallengeInfo = MfaChallenge
 

@@ -15,6 +15,8 @@ import * as m0007 from './migrations/0007_audit_writes.ts'
 import { scale } from './migrations/0008_scale.ts'
 import * as m0009 from './migrations/0009_session_assurance.ts'
 import * as m0010 from './migrations/0010_mfa.ts'
+import * as m0011 from './migrations/0011_passkeys.ts'
+import * as m0012 from './migrations/0012_identities.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -213,6 +215,8 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0008_scale': scale(engine),
     '0009_session_assurance': m0009,
     '0010_mfa': m0010,
+    '0011_passkeys': m0011,
+    '0012_identities': m0012,
   }
 }
 

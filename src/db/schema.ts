@@ -149,6 +149,18 @@ export interface MfaFactorsTable {
   /** Null until the enrolment is confirmed with a valid code; only confirmed factors count. */
   confirmed_at: number | null
   last_used_at: number | null
+  /** Passkey: the credential id (base64url), unique across accounts. */
+  credential_id: string | null
+  /** Passkey: the COSE public key (base64url). */
+  public_key: string | null
+  /** Passkey: the last signature counter seen; one that goes backwards is refused (0 stays 0 for synced passkeys). */
+  sign_count: number | null
+  /** Passkey: the transports the authenticator named, space-separated. */
+  transports: string | null
+  /** Passkey: backup eligibility and state (1 or 0), as the authenticator data's BE and BS flags said. */
+  backup_eligible: number | null
+  backed_up: number | null
+  aaguid: string | null
 }
 
 export interface MfaRecoveryCodesTable {
@@ -172,6 +184,61 @@ export interface MfaChallengesTable {
   used_at: number | null
 }
 
+export type CeremonyPurpose = 'register' | 'login' | 'second_factor' | 'step_up'
+
+export interface WebauthnChallengesTable {
+  id: string
+  /** HMAC-SHA256 of the challenge. */
+  challenge_hash: string
+  purpose: CeremonyPurpose
+  /** The account the ceremony is for; null for a passwordless login (the credential names it). */
+  user_id: string | null
+  /** The mfa_token's hash (second_factor) or the session id (register, step_up). */
+  binding: string | null
+  created_at: number
+  expires_at: number
+  used_at: number | null
+}
+
+export interface UserIdentitiesTable {
+  id: string
+  user_id: string
+  /** The configured provider's name (OIDC_PROVIDERS). */
+  provider: string
+  /** The provider's `sub` for this person. */
+  subject: string
+  email: string | null
+  created_at: number
+  last_used_at: number | null
+}
+
+export interface OidcFlowsTable {
+  /** HMAC-SHA256 of the state parameter. */
+  state_hash: string
+  provider: string
+  /** HMAC-SHA256 of the portcullis_oidc cookie of the browser that started the flow. */
+  browser_hash: string
+  nonce: string
+  /** The PKCE verifier, sealed under KEY_ENCRYPTION_KEY. */
+  code_verifier: string
+  redirect_to: string
+  purpose: 'login' | 'link'
+  user_id: string | null
+  created_at: number
+  expires_at: number
+  used_at: number | null
+}
+
+export interface OidcLoginCodesTable {
+  /** HMAC-SHA256 of the one-time login code. */
+  code_hash: string
+  user_id: string
+  provider: string
+  created_at: number
+  expires_at: number
+  used_at: number | null
+}
+
 export interface Database {
   users: UsersTable
   sessions: SessionsTable
@@ -187,4 +254,8 @@ export interface Database {
   mfa_factors: MfaFactorsTable
   mfa_recovery_codes: MfaRecoveryCodesTable
   mfa_challenges: MfaChallengesTable
+  webauthn_challenges: WebauthnChallengesTable
+  user_identities: UserIdentitiesTable
+  oidc_flows: OidcFlowsTable
+  oidc_login_codes: OidcLoginCodesTable
 }

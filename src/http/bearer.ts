@@ -26,10 +26,15 @@ function credential(request: FastifyRequest): string | null {
 export function protect(scope: FastifyInstance, auth: AuthService): void {
   scope.decorateRequest('principal', null)
   scope.addHook('onRequest', async (request) => {
-    const token = credential(request)
-    if (token === null) throw new AppError('AUTH_REQUIRED')
-    request.principal = await auth.authenticate(token)
+    request.principal = await bearerPrincipal(request, auth)
   })
+}
+
+/** The caller of a route outside the protected scope that also serves signed-in callers. */
+export async function bearerPrincipal(request: FastifyRequest, auth: Pick<AuthService, 'authenticate'>): Promise<Principal> {
+  const token = credential(request)
+  if (token === null) throw new AppError('AUTH_REQUIRED')
+  return auth.authenticate(token)
 }
 
 export function principalOf(request: FastifyRequest): Principal {

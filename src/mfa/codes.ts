@@ -25,14 +25,14 @@ export function newMfaToken(): string {
 }
 
 /**
- * Keyed hashes of the secrets this module stores (recovery codes, mfa_tokens) under a service
+ * Keyed hashes of the secrets this module stores (recovery codes, mfa_tokens, WebAuthn challenges) under a service
  * secret sealed in the database: a copy of the database alone cannot test guesses against them,
  * which for 50-bit recovery codes a plain hash would allow.
  */
 export class SecretHasher {
   constructor(private readonly key: Buffer) {}
 
-  hash(purpose: 'recovery_code' | 'mfa_token', value: string): string {
+  hash(purpose: 'recovery_code' | 'mfa_token' | 'webauthn_challenge', value: string): string {
     return createHmac('sha256', this.key).update(`${purpose}\n${value}`).digest('base64url')
   }
 }

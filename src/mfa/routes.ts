@@ -1,13 +1,17 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { FastifyInstance, preHandlerHookHandler } from 'fastify'
-import { emptyBodyAsObject, type CookieTransport } from '../auth/cookie-transport.ts'
+import { emptyBodyAsObject, TransportHeaders, type CookieTransport } from '../auth/cookie-transport.ts'
 import { LoggedIn } from '../auth/schemas.ts'
-import { principalOf } from '../http/bearer.ts'
+import type { AuthService } from '../auth/service.ts'
+import { bearerPrincipal, principalOf } from '../http/bearer.ts'
 import { limitByIp } from '../http/ratelimit.ts'
 import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
 import { ok } from '../http/schemas.ts'
 import type { Limits } from '../limits/limits.ts'
-import { CodeBody, Confirmed, EnrolTotpBody, FactorDeleted, FactorList, FactorParams, NewRecoveryCodes, SteppedUp, StepUpBody, TotpEnrolment, VerifyBody } from './schemas.ts'
+import {
+  CodeBody, Confirmed, EnrolTotpBody, FactorDeleted, FactorList, FactorParams, LoginOptions, NewRecoveryCodes, PasskeyLoginBody, PasskeyRegisterBody,
+  RegistrationOptions, RenameBody, Renamed, SecondFactorOptions, SecondFactorOptionsBody, SteppedUp, StepUpBody, TotpEnrolment, VerifyBody,
+} from './schemas.ts'
 import type { MfaService } from './service.ts'
 
 const tags = ['mfa']
@@ -21,13 +25,42 @@ export function recentSecondFactor(mfa: MfaService): preHandlerHookHandler {
   return async (request) => mfa.assertRecent(principalOf(request))
 }
 
-/** The second step of a login: no bearer token yet, only the mfa_token. */
-export async function publicMfaRoutes(fastify: FastifyInstance, mfa: MfaService, limits: Limits, cookies: CookieTransport): Promise<void> {
+/** The second step of a login (no bearer token yet, only the mfa_token) and the passkey login. */
+export async function publicMfaRoutes(fastify: FastifyInstance, mfa: MfaService, limits: Limits, cookies: CookieTransport, auth: Pick<AuthService, 'authenticate'>): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+  // Counted with logins: the same per-IP budget guards every way in.
+  const asLogin = limitByIp(limits, 'login')
+
+  app.post('/auth/mfa/passkey/options', {
+    bodyLimit: AUTH_BODY_LIMIT,
+    preValidation: emptyBodyAsObject,
+    onRequest: asLogin,
+    schema: { tags, operationId: 'passkeyOptions', description: 'With {mfa_token}: the second step of a login. With a bearer token and no body: step-up.', body: SecondFactorOptionsBody, response: { 200: SecondFactorOptions } },
+  }, async (request) => {
+    const { mfa_token } = request.body
+    return ok(await mfa.passkeyOptions(mfa_token !== undefined ? { mfaToken: mfa_token } : { principal: await bearerPrincipal(request, auth) }))
+  })
+
+  app.post('/auth/passkeys/login/options', {
+    bodyLimit: AUTH_BODY_LIMIT,
+    onRequest: asLogin,
+    schema: { tags, operationId: 'passkeyLoginOptions', response: { 200: LoginOptions } },
+  }, async () => ok(await mfa.passkeyLoginOptions()))
+
+  app.post('/auth/passkeys/login', {
+    bodyLimit: AUTH_BODY_LIMIT,
+    onRequest: asLogin,
+    schema: { tags, operationId: 'loginWithPasskey', headers: TransportHeaders, body: PasskeyLoginBody, response: { 200: LoggedIn } },
+  }, async (request, reply) => {
+    const cookieMode = cookies.requested(request)
+    if (cookieMode) cookies.assertOriginAllowed(request)
+    const body = await mfa.loginWithPasskey(request.body, requestContext(request))
+    return ok(cookies.answerLogin(request, reply, body, cookieMode))
+  })
+
   app.post('/auth/mfa/verify', {
     bodyLimit: AUTH_BODY_LIMIT,
-    // Counted with logins: the same per-IP budget guards both steps.
-    onRequest: limitByIp(limits, 'login'),
+    onRequest: asLogin,
     schema: { tags, operationId: 'verifyMfa', body: VerifyBody, response: { 200: LoggedIn } },
   }, async (request, reply) => {
     const { body, transport } = await mfa.verify(request.body, requestContext(request))
@@ -66,6 +99,22 @@ export async function protectedMfaRoutes(fastify: FastifyInstance, mfa: MfaServi
     preHandler: recent,
     schema: { tags, security, operationId: 'regenerateRecoveryCodes', response: { 200: NewRecoveryCodes } },
   }, async (request) => ok(await mfa.regenerateRecoveryCodes(principalOf(request), requestContext(request))))
+
+  app.patch('/auth/mfa/factors/:id', {
+    ...common,
+    schema: { tags, security, operationId: 'renameFactor', params: FactorParams, body: RenameBody, response: { 200: Renamed } },
+  }, async (request) => ok(await mfa.renameFactor(principalOf(request), request.params.id, request.body.name, requestContext(request))))
+
+  app.post('/auth/passkeys/register/options', {
+    preHandler: recent,
+    schema: { tags, security, operationId: 'passkeyRegistrationOptions', response: { 200: RegistrationOptions } },
+  }, async (request) => ok(await mfa.passkeyRegistrationOptions(principalOf(request))))
+
+  app.post('/auth/passkeys/register', {
+    ...common,
+    preHandler: recent,
+    schema: { tags, security, operationId: 'registerPasskey', body: PasskeyRegisterBody, response: { 201: Confirmed } },
+  }, async (request, reply) => reply.code(201).send(ok(await mfa.registerPasskey(principalOf(request), request.body, requestContext(request)))))
 
   app.post('/auth/mfa/step-up', {
     ...common,

@@ -15,8 +15,10 @@ import { outbox } from '../mail/outbox.ts'
 import type { MailQueue } from '../mail/queue.ts'
 import { isUuid } from '../text.ts'
 import { newMfaToken, newRecoveryCode, normaliseRecoveryCode, RECOVERY_CODE_COUNT, SecretHasher } from './codes.ts'
-import { challenges, factors, recoveryCodes, type FactorRow } from './store.ts'
+import { PasskeyCeremonies, storedPasskey, userHandleOf, type CeremonyBinding } from './passkeys.ts'
+import { ceremonies, challenges, factors, recoveryCodes, type FactorRow } from './store.ts'
 import { newTotpSecret, qrSvg, totpStep } from './totp.ts'
+import { CeremonyFailed, counterWentBackwards, type AssertionCredential, type RegistrationCredential, type RelyingParty } from './webauthn.ts'
 
 /** The mfa_token's life (API.md). */
 export const MFA_TOKEN_TTL_SECONDS = 300
@@ -25,10 +27,22 @@ const ENROLMENT_TTL_MS = 10 * 60_000
 /** Confirmed factors an account may hold. */
 const MAX_FACTORS = 10
 
-export type Method = 'totp' | 'recovery_code'
+export type Method = 'totp' | 'recovery_code' | 'passkey'
 
-/** A code matched to what it would use up: a TOTP factor's step, or a recovery code's hash. */
-type CodeMatch = { kind: 'totp'; factorId: string; step: number } | { kind: 'recovery_code'; hash: string }
+/** What a second step presents: a code, or a passkey's assertion. */
+export type Proof = { method: 'totp' | 'recovery_code'; code: string } | { method: 'passkey'; credential: AssertionCredential }
+
+/**
+ * A proof matched to what it would use up: a TOTP factor's step, a recovery code's hash, or a
+ * passkey's ceremony and the counter move its signature showed.
+ */
+type CodeMatch =
+  | { kind: 'totp'; factorId: string; step: number }
+  | { kind: 'recovery_code'; hash: string }
+  | { kind: 'passkey'; factorId: string; ceremonyId: string; from: number; to: number; backedUp: boolean }
+
+/** The methods a passkey login proves (API.md, Tokens): the key, the user's verification on it. */
+const PASSKEY_LOGIN = { amr: ['hwk', 'user', 'mfa'] as AuthMethod[], acr: 'aal2' as const }
 export type Transport = 'body' | 'cookie'
 
 export interface FactorView {
@@ -51,7 +65,12 @@ export interface MfaDeps {
   brand: MailBrand
   /** MFA_STEP_UP_SECONDS, in ms. */
   stepUpMs: number
+  /** The passkey relying party (WEBAUTHN_RP_ID, WEBAUTHN_ORIGINS). */
+  rp: RelyingParty
 }
+
+/** The passkey columns of a factor of another type. */
+const NOT_A_PASSKEY = { credential_id: null, public_key: null, sign_count: null, transports: null, backup_eligible: null, backed_up: null, aaguid: null }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
 
@@ -59,6 +78,9 @@ const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOStrin
 function secretAad(factorId: string): string {
   return `mfa_factor:${factorId}`
 }
+
+/** The method a matched proof adds to the session's `amr`. */
+const methodOf = (match: CodeMatch): AuthMethod => (match.kind === 'passkey' ? 'hwk' : 'otp')
 
 function view(row: FactorRow): FactorView {
   return { id: row.id, type: row.type, name: row.name, created_at: iso(row.created_at)!, last_used_at: iso(row.last_used_at) }
@@ -78,7 +100,11 @@ function withSecondFactor(first: string[], added: AuthMethod): AuthMethod[] {
  * codes, wrong codes feeding the account's login delay) live here, in our code and database.
  */
 export class MfaService {
-  constructor(private readonly deps: MfaDeps) {}
+  private readonly ceremonies: PasskeyCeremonies
+
+  constructor(private readonly deps: MfaDeps) {
+    this.ceremonies = new PasskeyCeremonies(deps)
+  }
 
   private get db() {
     return this.deps.db.kysely
@@ -128,7 +154,7 @@ export class MfaService {
    * cannot be guessed across many mfa_tokens) and against the token; the fifth wrong code is still
    * INVALID_MFA_CODE, and the token is dead after it.
    */
-  async verify(input: { mfa_token: string; method: Method; code: string }, context: RequestContext): Promise<{ body: LoginBody; transport: Transport }> {
+  async verify(input: { mfa_token: string } & Proof, context: RequestContext): Promise<{ body: LoginBody; transport: Transport }> {
     const hash = this.deps.hasher.hash('mfa_token', input.mfa_token)
     const challenge = await challenges.findLive(this.db, hash, this.deps.clock.now())
     if (!challenge) throw new AppError('INVALID_MFA_TOKEN')
@@ -141,14 +167,14 @@ export class MfaService {
       await challenges.fail(this.db, hash)
       return this.wrongCode(user, context, 'login')
     }
-    const match = await this.matchCode(user, input.method, input.code)
+    const match = await this.matchProof(user, input, { userId: user.id, binding: hash }, 'second_factor', context)
     if (!match) throw await refused()
     // One transaction (shared with other sign-ins by the group commit): the code used up, the
     // mfa_token used up and the session created, or none of it. Of two racing verifications of one
     // token, or of one code, the second finds its conditional update matching nothing.
     let body: LoginBody
     try {
-      body = await this.deps.sessions.open(user.id, { amr: withSecondFactor(challenge.amr.split(' '), 'otp'), acr: 'aal2' }, context, { type: 'login.succeeded', reason: input.method }, async (trx) => {
+      body = await this.deps.sessions.open(user.id, { amr: withSecondFactor(challenge.amr.split(' '), methodOf(match)), acr: 'aal2' }, context, { type: 'login.succeeded', reason: input.method }, async (trx) => {
         if (!(await challenges.consume(trx, hash, this.deps.clock.now()))) throw new AppError('INVALID_MFA_TOKEN')
         if (!(await this.useCode(trx, user, match, context))) throw new AppError('INVALID_MFA_CODE')
       })
@@ -163,14 +189,14 @@ export class MfaService {
   }
 
   /** A second factor verified in a live session: it becomes aal2 and recent, and the answer is its new access token. */
-  async stepUp(principal: Principal, input: { method: Method; code: string }, context: RequestContext): Promise<{ access_token: string; expires_in: number }> {
+  async stepUp(principal: Principal, input: Proof, context: RequestContext): Promise<{ access_token: string; expires_in: number }> {
     const user = await this.user(principal.userId)
     await this.deps.limits.assertLoginAllowed(user.email)
-    const match = await this.matchCode(user, input.method, input.code)
+    const match = await this.matchProof(user, input, { userId: user.id, binding: principal.sessionId }, 'step_up', context)
     const used = match !== null && (await this.db.transaction().execute((trx) => this.useCode(trx, user, match, context)))
     if (!used) throw await this.wrongCode(user, context, 'step_up')
     if (match.kind === 'recovery_code') this.deps.mailQueue.kick()
-    const state = await this.raiseSession(principal, 'otp')
+    const state = await this.raiseSession(principal, methodOf(match))
     await recordEvent(this.db, this.deps.clock, { type: 'mfa.step_up', userId: user.id, reason: input.method, context })
     const access = await this.deps.tokens.signAccess(principal.userId, principal.sessionId, state)
     return { access_token: access.token, expires_in: ACCESS_TTL_SECONDS }
@@ -214,6 +240,7 @@ export class MfaService {
         created_at: now,
         confirmed_at: null,
         last_used_at: null,
+        ...NOT_A_PASSKEY,
       })
       await recordEvent(trx, this.deps.clock, { type: 'mfa.totp_enrolment_started', userId: user.id, context })
     })
@@ -245,6 +272,139 @@ export class MfaService {
     return result
   }
 
+  /** Registration's options (API.md, Passkeys): a challenge bound to this account and session, the account's passkeys excluded. */
+  async passkeyRegistrationOptions(principal: Principal) {
+    const user = await this.user(principal.userId)
+    const existing = (await factors.listConfirmed(this.db, user.id)).filter((f) => f.type === 'passkey').map(storedPasskey)
+    const { options } = await this.ceremonies.begin('register', { userId: user.id, binding: principal.sessionId }, (challenge) => this.deps.rp.creationOptions(user, existing, challenge))
+    return { options }
+  }
+
+  /**
+   * A new passkey, verified (origin, RP ID, user verification, the challenge made for this session)
+   * and enrolled at once; the account's first factor brings recovery codes, and the session becomes
+   * aal2 and recent, as a confirmed TOTP enrolment makes it. A credential that does not verify is
+   * VALIDATION_ERROR naming why, and nothing is stored.
+   */
+  async registerPasskey(principal: Principal, input: { credential: RegistrationCredential; name?: string | undefined }, context: RequestContext) {
+    const user = await this.user(principal.userId)
+    const refused = (reason: string) => new AppError('VALIDATION_ERROR', { message: `The passkey was not registered: ${reason}.`, details: [{ field: 'credential', message: reason }] })
+    const ceremony = await this.ceremonies.find(input.credential, 'register', { userId: user.id, binding: principal.sessionId })
+    if (!ceremony) throw refused('the challenge is unknown, used, expired or not this session\'s')
+    let passkey
+    try {
+      passkey = await this.deps.rp.verifyRegistration(input.credential, ceremony.challenge)
+    } catch (error) {
+      if (error instanceof CeremonyFailed) throw refused(error.message)
+      throw error
+    }
+    if (await factors.findPasskey(this.db, passkey.credentialId)) throw refused('this passkey is already registered')
+    if ((await factors.listConfirmed(this.db, user.id)).length >= MAX_FACTORS) throw new AppError('LIMIT_EXCEEDED', { message: `An account holds at most ${MAX_FACTORS} second factors.` })
+    const now = this.deps.clock.now()
+    const row: FactorRow = {
+      id: randomUUID(),
+      user_id: user.id,
+      type: 'passkey',
+      name: input.name ?? 'Passkey',
+      secret: null,
+      last_step: null,
+      created_at: now,
+      confirmed_at: now,
+      last_used_at: now,
+      credential_id: passkey.credentialId,
+      public_key: passkey.publicKey,
+      sign_count: passkey.counter,
+      transports: passkey.transports.join(' ') || null,
+      backup_eligible: passkey.backupEligible ? 1 : 0,
+      backed_up: passkey.backedUp ? 1 : 0,
+      aaguid: passkey.aaguid,
+    }
+    const result = await this.db.transaction().execute(async (trx) => {
+      if (!(await ceremonies.consume(trx, ceremony.row.id, now))) throw refused('the challenge was used meanwhile')
+      await factors.insert(trx, row)
+      const first = (await factors.listConfirmed(trx, user.id)).length === 1
+      const codes = first ? await this.issueRecoveryCodes(trx, user.id, context) : undefined
+      await recordEvent(trx, this.deps.clock, { type: 'mfa.factor_added', userId: user.id, reason: 'passkey', context })
+      await this.notify(trx, user, 'A sign-in method was added to your account', `A passkey ("${row.name}") was added to your ${this.deps.brand.appName} account. It signs you in without a password and serves as a second factor.`)
+      return { factor: view(row), ...(codes ? { recovery_codes: codes } : {}) }
+    })
+    this.deps.mailQueue.kick()
+    await this.raiseSession(principal, 'hwk')
+    return result
+  }
+
+  /** A passwordless login's options: a challenge bound to nothing yet, for any discoverable passkey. */
+  async passkeyLoginOptions() {
+    const { id, options } = await this.ceremonies.begin('login', { userId: null, binding: null }, (challenge) => this.deps.rp.requestOptions([], challenge))
+    return { challenge_id: id, options }
+  }
+
+  /**
+   * A login with a passkey alone (API.md, Passkeys): refused as a login is (INVALID_CREDENTIALS for
+   * an unknown or removed credential, a bad signature, a wrong origin or RP ID, no user
+   * verification, a used challenge, a counter gone backwards), then the account checks, then the
+   * session, opened where every way in ends, aal2 with `hwk user mfa`.
+   */
+  async loginWithPasskey(input: { challenge_id: string; credential: AssertionCredential }, context: RequestContext): Promise<LoginBody> {
+    const failed = async (user: UserRow | null, reason: string) => {
+      if (user) await this.deps.limits.loginFailed(user.email)
+      await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user?.id ?? null, reason, context })
+      return new AppError('INVALID_CREDENTIALS')
+    }
+    const ceremony = await this.ceremonies.find(input.credential, 'login')
+    if (!ceremony || ceremony.row.id !== input.challenge_id) throw await failed(null, 'passkey_unknown_challenge')
+    const factor = await factors.findPasskey(this.db, input.credential.id)
+    const user = factor && (await users.findById(this.db, factor.user_id))
+    if (!factor || !user) throw await failed(null, 'passkey_unknown')
+    await this.deps.limits.assertLoginAllowed(user.email)
+    // The handle the authenticator keeps is the account id registration gave it.
+    const handle = input.credential.response.userHandle
+    if (handle && handle !== userHandleOf(user.id)) throw await failed(user, 'passkey_wrong_user')
+    const seen = await this.checkAssertion(input.credential, ceremony.challenge, factor, context)
+    if (!seen) throw await failed(user, 'passkey_refused')
+    try {
+      this.deps.sessions.assertMayOpen(user)
+    } catch (error) {
+      await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: (error as AppError).code === 'ACCOUNT_DISABLED' ? 'account_disabled' : 'email_not_verified', context })
+      throw error
+    }
+    const body = await this.deps.sessions.open(user.id, PASSKEY_LOGIN, context, { type: 'login.succeeded', reason: 'passkey' }, async (trx) => {
+      const now = this.deps.clock.now()
+      const used = (await ceremonies.consume(trx, ceremony.row.id, now)) && (await factors.advanceCounter(trx, factor.id, factor.sign_count ?? 0, seen.counter, seen.backedUp, now))
+      if (!used) throw new AppError('INVALID_CREDENTIALS')
+    })
+    await this.deps.limits.loginSucceeded(user.email)
+    return body
+  }
+
+  /**
+   * A passkey as the second step of a login (bound to the mfa_token) or for step-up (bound to the
+   * session): request options limited to the account's passkeys.
+   */
+  async passkeyOptions(by: { mfaToken: string } | { principal: Principal }) {
+    let bound: CeremonyBinding
+    if ('mfaToken' in by) {
+      const hash = this.deps.hasher.hash('mfa_token', by.mfaToken)
+      const challenge = await challenges.findLive(this.db, hash, this.deps.clock.now())
+      if (!challenge) throw new AppError('INVALID_MFA_TOKEN')
+      bound = { userId: challenge.user_id, binding: hash }
+    } else {
+      bound = { userId: by.principal.userId, binding: by.principal.sessionId }
+    }
+    const passkeys = (await factors.listConfirmed(this.db, bound.userId!)).filter((f) => f.type === 'passkey').map(storedPasskey)
+    if (passkeys.length === 0) throw new AppError('VALIDATION_ERROR', { message: 'This account has no passkey.', details: [{ field: 'method', message: 'no passkey is registered' }] })
+    const { options } = await this.ceremonies.begin('mfaToken' in by ? 'second_factor' : 'step_up', bound, (challenge) => this.deps.rp.requestOptions(passkeys, challenge))
+    return { options }
+  }
+
+  /** A factor's name, as the user calls it ("work laptop", "phone"). */
+  async renameFactor(principal: Principal, factorId: string, name: string, context: RequestContext) {
+    const factor = isUuid(factorId) ? await factors.findOwned(this.db, principal.userId, factorId) : null
+    if (!factor || factor.confirmed_at === null || !(await factors.rename(this.db, principal.userId, factor.id, name))) throw new AppError('NOT_FOUND')
+    await recordEvent(this.db, this.deps.clock, { type: 'mfa.factor_renamed', userId: principal.userId, reason: factor.type, context })
+    return { factor: view({ ...factor, name }) }
+  }
+
   /** Removing the last factor removes the recovery codes too: the account is back to a password alone. */
   async removeFactor(principal: Principal, factorId: string, context: RequestContext) {
     const user = await this.user(principal.userId)
@@ -269,6 +429,11 @@ export class MfaService {
     return { recovery_codes: await this.db.transaction().execute((trx) => this.issueRecoveryCodes(trx, principal.userId, context)) }
   }
 
+  /** Whether the account holds a passkey (a way in of its own, for the identity module's LAST_SIGN_IN_METHOD). */
+  async hasPasskey(userId: string): Promise<boolean> {
+    return (await factors.listConfirmed(this.db, userId)).some((factor) => factor.type === 'passkey')
+  }
+
   /** What export and the admin view show: the confirmed factors, never a secret. */
   async summaryOf(userId: string): Promise<{ enabled: boolean; factors: FactorView[] }> {
     const confirmed = (await factors.listConfirmed(this.db, userId)).map(view)
@@ -284,11 +449,47 @@ export class MfaService {
   }
 
   /**
-   * Which of the account's factors a code belongs to, without using it up (reads only): a TOTP code
+   * Which of the account's factors a proof belongs to, without using it up (reads only): a TOTP code
    * of the current step or one either side of a confirmed factor, or one of the account's unused
    * recovery codes. Null when it is neither.
    */
-  private async matchCode(user: UserRow, method: Method, code: string): Promise<CodeMatch | null> {
+  private async matchProof(user: UserRow, proof: Proof, bound: CeremonyBinding, purpose: 'second_factor' | 'step_up', context: RequestContext): Promise<CodeMatch | null> {
+    if (proof.method === 'passkey') return this.matchPasskey(user, proof.credential, purpose, bound, context)
+    return this.matchCode(user, proof.method, proof.code)
+  }
+
+  /**
+   * A passkey assertion as a second factor: over a live challenge made for this purpose and this
+   * mfa_token or session, by one of this account's passkeys, with a valid signature, user
+   * verification and a counter that moved forward (one that went back is recorded). Reads only.
+   */
+  private async matchPasskey(user: UserRow, credential: AssertionCredential, purpose: 'second_factor' | 'step_up', bound: CeremonyBinding, context: RequestContext): Promise<CodeMatch | null> {
+    const ceremony = await this.ceremonies.find(credential, purpose, bound)
+    if (!ceremony) return null
+    const factor = await factors.findPasskey(this.db, credential.id)
+    if (!factor || factor.user_id !== user.id) return null
+    const seen = await this.checkAssertion(credential, ceremony.challenge, factor, context)
+    return seen && { kind: 'passkey', factorId: factor.id, ceremonyId: ceremony.row.id, from: factor.sign_count ?? 0, to: seen.counter, backedUp: seen.backedUp }
+  }
+
+  /** The signature, origin, RP ID and user verification, then the counter rule; null when any fails. */
+  private async checkAssertion(credential: AssertionCredential, challenge: string, factor: FactorRow, context: RequestContext) {
+    let seen
+    try {
+      seen = await this.deps.rp.verifyAssertion(credential, challenge, storedPasskey(factor))
+    } catch (error) {
+      if (error instanceof CeremonyFailed) return null
+      throw error
+    }
+    if (counterWentBackwards(factor.sign_count ?? 0, seen.counter)) {
+      // A cloned authenticator, or a replayed signature: refused, and worth an operator's look.
+      await recordEvent(this.db, this.deps.clock, { type: 'mfa.passkey_counter_regressed', userId: factor.user_id, reason: `${factor.sign_count} -> ${seen.counter}`, context })
+      return null
+    }
+    return seen
+  }
+
+  private async matchCode(user: UserRow, method: 'totp' | 'recovery_code', code: string): Promise<CodeMatch | null> {
     const now = this.deps.clock.now()
     if (method === 'totp') {
       for (const factor of await factors.listConfirmed(this.db, user.id)) {
@@ -314,6 +515,9 @@ export class MfaService {
   private async useCode(trx: Db['kysely'], user: UserRow, match: CodeMatch, context: RequestContext): Promise<boolean> {
     const now = this.deps.clock.now()
     if (match.kind === 'totp') return factors.acceptStep(trx, match.factorId, match.step, now)
+    if (match.kind === 'passkey') {
+      return (await ceremonies.consume(trx, match.ceremonyId, now)) && factors.advanceCounter(trx, match.factorId, match.from, match.to, match.backedUp, now)
+    }
     if (!(await recoveryCodes.consume(trx, user.id, match.hash, now))) return false
     await recordEvent(trx, this.deps.clock, { type: 'mfa.recovery_code_used', userId: user.id, context })
     await this.notify(trx, user, 'A recovery code was used', `One of your recovery codes was used to sign in to your ${this.deps.brand.appName} account. Each code works once; you can make a new set in your account settings.`)
@@ -378,6 +582,7 @@ export async function resetSecondFactors(trx: Db['kysely'], user: Pick<UserRow, 
   const removed = await factors.deleteAllOf(trx, user.id)
   await recoveryCodes.deleteAllOf(trx, user.id)
   await challenges.deleteAllOf(trx, user.id)
+  await ceremonies.deleteAllOf(trx, user.id)
   const message = securityNoticeMail(mail.brand, user.email, {
     subject: 'Your second factors were reset',
     what: `An operator removed every second factor and recovery code from your ${mail.brand.appName} account and signed out every session. You can sign in with your password and set up a new authenticator app.`,

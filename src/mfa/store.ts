@@ -1,10 +1,11 @@
 import type { Kysely, Selectable } from 'kysely'
-import type { Database, MfaChallengesTable, MfaFactorsTable } from '../db/schema.ts'
+import type { CeremonyPurpose, Database, MfaChallengesTable, MfaFactorsTable, WebauthnChallengesTable } from '../db/schema.ts'
 
-/** The second-factor module's storage calls (tables mfa_factors, mfa_recovery_codes, mfa_challenges). */
+/** The second-factor module's storage calls (tables mfa_factors, mfa_recovery_codes, mfa_challenges, webauthn_challenges). */
 type Executor = Kysely<Database>
 export type FactorRow = Selectable<MfaFactorsTable>
 export type ChallengeRow = Selectable<MfaChallengesTable>
+export type CeremonyRow = Selectable<WebauthnChallengesTable>
 
 /** Wrong codes an mfa_token survives; the fifth is still answered as a wrong code, then it is dead. */
 export const MAX_CHALLENGE_FAILURES = 5
@@ -48,6 +49,38 @@ export const factors = {
       .where((eb) => eb.or([eb('last_step', 'is', null), eb('last_step', '<', step)]))
       .executeTakeFirst()
     return result.numUpdatedRows > 0n
+  },
+
+  /** A confirmed passkey by its credential id, whoever holds it. */
+  async findPasskey(db: Executor, credentialId: string): Promise<FactorRow | null> {
+    return (
+      (await db
+        .selectFrom('mfa_factors')
+        .selectAll()
+        .where('credential_id', '=', credentialId)
+        .where('type', '=', 'passkey')
+        .where('confirmed_at', 'is not', null)
+        .executeTakeFirst()) ?? null
+    )
+  },
+
+  /**
+   * A passkey's counter moves from the value the assertion was checked against to the one it
+   * carried, in one statement: of two concurrent uses of one signature exactly one gets here.
+   */
+  async advanceCounter(db: Executor, id: string, from: number, to: number, backedUp: boolean, at: number): Promise<boolean> {
+    const result = await db
+      .updateTable('mfa_factors')
+      .set({ sign_count: to, backed_up: backedUp ? 1 : 0, last_used_at: at })
+      .where('id', '=', id)
+      .where('sign_count', '=', from)
+      .where('confirmed_at', 'is not', null)
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  async rename(db: Executor, userId: string, id: string, name: string): Promise<boolean> {
+    return (await db.updateTable('mfa_factors').set({ name }).where('id', '=', id).where('user_id', '=', userId).where('confirmed_at', 'is not', null).executeTakeFirst()).numUpdatedRows > 0n
   },
 
   async touch(db: Executor, id: string, at: number): Promise<void> {
@@ -159,5 +192,47 @@ export const challenges = {
   async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {
     const expired = db.selectFrom('mfa_challenges').select('token_hash').where('expires_at', '<', before).limit(limit)
     return Number((await db.deleteFrom('mfa_challenges').where('token_hash', 'in', expired).executeTakeFirst()).numDeletedRows)
+  },
+}
+
+/** The WebAuthn ceremonies' challenges: stored as keyed hashes, single-use, bound to a purpose and an account or token. */
+export const ceremonies = {
+  async insert(db: Executor, row: CeremonyRow): Promise<void> {
+    await db.insertInto('webauthn_challenges').values(row).execute()
+  },
+
+  async findLive(db: Executor, hash: string, purpose: CeremonyPurpose, now: number): Promise<CeremonyRow | null> {
+    return (
+      (await db
+        .selectFrom('webauthn_challenges')
+        .selectAll()
+        .where('challenge_hash', '=', hash)
+        .where('purpose', '=', purpose)
+        .where('used_at', 'is', null)
+        .where('expires_at', '>', now)
+        .executeTakeFirst()) ?? null
+    )
+  },
+
+  /** Uses the challenge up, if it is still live: a signature over it is accepted once. */
+  async consume(db: Executor, id: string, now: number): Promise<boolean> {
+    const result = await db
+      .updateTable('webauthn_challenges')
+      .set({ used_at: now })
+      .where('id', '=', id)
+      .where('used_at', 'is', null)
+      .where('expires_at', '>', now)
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  async deleteAllOf(db: Executor, userId: string): Promise<void> {
+    await db.deleteFrom('webauthn_challenges').where('user_id', '=', userId).execute()
+  },
+
+  /** Retention: up to `limit` challenges that expired before `before`. */
+  async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {
+    const expired = db.selectFrom('webauthn_challenges').select('id').where('expires_at', '<', before).limit(limit)
+    return Number((await db.deleteFrom('webauthn_challenges').where('id', 'in', expired).executeTakeFirst()).numDeletedRows)
   },
 }

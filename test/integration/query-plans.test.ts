@@ -7,6 +7,7 @@ import { createStorage, ENGINES } from '../helpers/db.ts'
 import { tokenFromMail } from '../helpers/mail.ts'
 import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 import { oathtool } from '../helpers/totp.ts'
+import { SoftAuthenticator } from '../helpers/webauthn.ts'
 
 /** The tables that grow with users: a statement may reach them only through an index range. */
 const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed', 'mfa_factors', 'mfa_recovery_codes', 'mfa_challenges'])
@@ -86,7 +87,29 @@ async function exerciseEverything(t: TestApp): Promise<void> {
   await call('POST', `${api}/auth/mfa/step-up`, { token: verified.access_token, body: { method: 'totp', code: oathtool(enrolment.secret, t.clock.now()) } })
   const codes = (await call('POST', `${api}/auth/mfa/recovery-codes`, { token: verified.access_token })).data.recovery_codes as string[]
   await call('POST', `${api}/auth/mfa/verify`, { body: { mfa_token: await mfaLogin(), method: 'recovery_code', code: codes[0] } })
+  // Passkeys: registration, rename, the login's second step, step-up, a passwordless login.
+  const device = new SoftAuthenticator()
+  const origin = t.config.webauthn.origins[0]!
+  const creation = (await call('POST', `${api}/auth/passkeys/register/options`, { token: verified.access_token })).data.options
+  const passkey = (await call('POST', `${api}/auth/passkeys/register`, { token: verified.access_token, body: { credential: device.register(creation, { origin }) }, status: 201 })).data.factor
+  await call('PATCH', `${api}/auth/mfa/factors/{id}`, { params: { id: passkey.id }, token: verified.access_token, body: { name: 'Plans key' } })
+  const mfaToken = await mfaLogin()
+  const secondStep = (await call('POST', `${api}/auth/mfa/passkey/options`, { body: { mfa_token: mfaToken } })).data.options
+  await call('POST', `${api}/auth/mfa/verify`, { body: { mfa_token: mfaToken, method: 'passkey', credential: device.authenticate(secondStep, { origin }) } })
+  const stepUp = (await call('POST', `${api}/auth/mfa/passkey/options`, { token: verified.access_token, body: {} })).data.options
+  await call('POST', `${api}/auth/mfa/step-up`, { token: verified.access_token, body: { method: 'passkey', credential: device.authenticate(stepUp, { origin }) } })
+  const passwordless = (await call('POST', `${api}/auth/passkeys/login/options`)).data
+  await call('POST', `${api}/auth/passkeys/login`, { body: { challenge_id: passwordless.challenge_id, credential: device.authenticate(passwordless.options, { origin }) } })
   await call('DELETE', `${api}/auth/mfa/factors/{id}`, { params: { id: enrolment.factor_id }, token: verified.access_token })
+
+  // Identity providers (none configured here: test/integration/oidc.test.ts drives a real one).
+  await call('GET', `${api}/auth/oidc/providers`)
+  await call('GET', `${api}/auth/oidc/{name}/start`, { params: { name: 'none' }, query: 'redirect_to=http%3A%2F%2Flocalhost%3A3000%2F', status: 404 })
+  await call('GET', `${api}/auth/oidc/{name}/callback`, { params: { name: 'none' }, query: 'state=x&code=y', status: 404 })
+  await call('POST', `${api}/auth/oidc/exchange`, { body: { code: 'not-a-code' }, status: 401 })
+  await call('POST', `${api}/auth/oidc/{name}/link`, { params: { name: 'none' }, token: verified.access_token, body: { redirect_to: 'http://localhost:3000/' }, status: 404 })
+  await call('GET', `${api}/auth/me/identities`, { token: verified.access_token })
+  await call('DELETE', `${api}/auth/me/identities/{id}`, { params: { id: '00000000-0000-4000-8000-000000000000' }, token: verified.access_token, status: 404 })
 
   // The operators' side.
   const { key } = await t.app.services.apiKeys.create({ name: 'plans', scopes: ['users:read', 'users:write', 'audit:read'], expiresAt: null })

@@ -44,6 +44,16 @@ describe('config', () => {
     })
   }
 
+  test('the passkey relying party: PUBLIC_URL by default, the CORS origins that fit, and a misfit named at start', () => {
+    assert.deepEqual(loadConfig({}).webauthn, { id: 'localhost', name: 'Portcullis', origins: ['http://localhost:3000'] })
+    const shared = loadConfig({ PUBLIC_URL: 'https://auth.example.com', CORS_ORIGINS: 'https://app.example.com,https://partner.example.org', WEBAUTHN_RP_ID: 'example.com', APP_NAME: 'Acme' })
+    assert.deepEqual(shared.webauthn, { id: 'example.com', name: 'Acme', origins: ['https://auth.example.com', 'https://app.example.com'] })
+    assert.deepEqual(loadConfig({ PUBLIC_URL: 'https://auth.example.com', WEBAUTHN_RP_NAME: 'Acme Sign-in' }).webauthn.name, 'Acme Sign-in')
+    assert.throws(() => loadConfig({ PUBLIC_URL: 'https://auth.example.com', WEBAUTHN_RP_ID: 'example.com', WEBAUTHN_ORIGINS: 'https://app.example.com,https://evil.example.net' }), /WEBAUTHN_ORIGINS has https:\/\/evil\.example\.net/)
+    assert.throws(() => loadConfig({ PUBLIC_URL: 'https://auth.example.com', WEBAUTHN_RP_ID: 'other.example' }), /WEBAUTHN_RP_ID/)
+    assert.throws(() => loadConfig({ WEBAUTHN_ORIGINS: 'not an origin' }), /WEBAUTHN_ORIGINS/)
+  })
+
   test('production refuses plain HTTP, missing SMTP and an http PUBLIC_URL', () => {
     assert.throws(() => loadConfig({ NODE_ENV: 'production', SMTP_URL: 'smtp://relay:25', PUBLIC_URL: 'https://auth.example' }), /TLS_CERT_FILE or TRUST_PROXY/)
     assert.throws(() => loadConfig({ NODE_ENV: 'production', TRUST_PROXY: '10.0.0.1', PUBLIC_URL: 'https://auth.example' }), /SMTP_URL must be set in production/)

@@ -1,0 +1,349 @@
+import { createHmac, randomBytes, randomUUID } from 'node:crypto'
+import { jwtVerify } from 'jose'
+import * as oidc from 'openid-client'
+import { recordEvent, type RequestContext } from '../audit/events.ts'
+import type { KeySealer } from '../auth/key-encryption.ts'
+import { NO_PASSWORD } from '../auth/passwords.ts'
+import type { AuthService, SecondFactorSeam } from '../auth/service.ts'
+import type { Principal } from '../auth/service.ts'
+import type { LoginBody, SessionOpener, SignIn } from '../auth/sessions.ts'
+import type { Clock } from '../clock.ts'
+import type { Db } from '../db/index.ts'
+import { users, type UserRow } from '../db/repositories.ts'
+import { AppError } from '../errors.ts'
+import type { Logger } from '../logger.ts'
+import { isUuid } from '../text.ts'
+import type { OidcProviders, Provider } from './providers.ts'
+import { flows, identities, loginCodes, type FlowRow, type IdentityRow } from './store.ts'
+
+/** A flow's life between start and callback (API.md). */
+export const FLOW_TTL_MS = 10 * 60_000
+/** A login code's life between callback and exchange (API.md). */
+export const LOGIN_CODE_TTL_MS = 60_000
+/** A sign-in through a provider: the provider vouched, nothing more (API.md, Tokens). */
+const FEDERATED: SignIn = { amr: ['fed'], acr: 'aal1' }
+
+/** The `error` values a callback sends the browser back with (API.md). */
+export type CallbackError =
+  | 'access_denied'
+  | 'invalid_request'
+  | 'provider_error'
+  | 'account_exists'
+  | 'email_not_verified'
+  | 'account_disabled'
+  | 'provider_unavailable'
+  | 'server_error'
+
+/** Where a callback sends the browser: the flow's redirect_to with code, linked or error; or nowhere (no trusted flow). */
+export type CallbackOutcome = { redirect: string } | { refused: 'unknown_flow' }
+
+export interface IdentityView {
+  id: string
+  provider: string
+  email: string | null
+  created_at: string
+  last_used_at: string | null
+}
+
+export interface OidcDeps {
+  db: Db
+  clock: Clock
+  sealer: KeySealer
+  /** HMAC key for states, browser cookies and login codes (sealed in the database like the others). */
+  hmacKey: Buffer
+  providers: OidcProviders
+  auth: Pick<AuthService, 'registerFederated'>
+  sessions: SessionOpener
+  secondFactor: SecondFactorSeam
+  /** Whether the account holds a passkey: one of the ways in LAST_SIGN_IN_METHOD counts. */
+  hasPasskey(userId: string): Promise<boolean>
+  logger: Logger
+  /** PUBLIC_URL + BASE_PATH: the callback URL is `{this}/auth/oidc/{name}/callback`. */
+  apiUrl: string
+  /** OIDC_REDIRECT_ORIGINS. */
+  redirectOrigins: string[]
+}
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
+
+function view(row: IdentityRow): IdentityView {
+  return { id: row.id, provider: row.provider, email: row.email, created_at: iso(row.created_at)!, last_used_at: iso(row.last_used_at) }
+}
+
+/** Verified means true, or the string "true" (Apple sends strings). */
+function claimsVerified(value: unknown): boolean {
+  return value === true || value === 'true'
+}
+
+/** A refusal the callback turns into `?error=` on the flow's redirect_to. */
+class CallbackRefused extends Error {
+  constructor(readonly reason: CallbackError, readonly detail?: string) {
+    super(reason)
+  }
+}
+
+/**
+ * Sign-in with an identity provider (API.md, OpenID Connect): authorization code with PKCE, state
+ * and nonce through openid-client, the ID token's signature checked again with jose against the
+ * provider's keys, the flow bound to the browser that started it, a one-time login code instead of
+ * tokens in URLs, and the linking rules that keep an address someone else typed from becoming a
+ * way into the account. A completed sign-in goes through the second-factor seam and ends in the
+ * SessionOpener, as every way in does.
+ */
+export class OidcService {
+  constructor(private readonly deps: OidcDeps) {}
+
+  private get db() {
+    return this.deps.db.kysely
+  }
+
+  private mac(purpose: string, value: string): string {
+    return createHmac('sha256', this.deps.hmacKey).update(`${purpose}\n${value}`).digest('base64url')
+  }
+
+  providers() {
+    return { providers: this.deps.providers.list() }
+  }
+
+  private provider(name: string): Provider {
+    const provider = this.deps.providers.get(name)
+    if (!provider) throw new AppError('NOT_FOUND')
+    return provider
+  }
+
+  callbackUrl(name: string): string {
+    return `${this.deps.apiUrl}/auth/oidc/${name}/callback`
+  }
+
+  /** redirect_to: an absolute URL on an allowed origin, or VALIDATION_ERROR (never an open redirector). */
+  private allowedRedirect(redirectTo: string): string {
+    let url: URL | null = null
+    try {
+      url = new URL(redirectTo)
+    } catch {
+      // Not absolute.
+    }
+    if (!url || !this.deps.redirectOrigins.includes(url.origin) || url.username || url.password) {
+      throw new AppError('VALIDATION_ERROR', { message: 'redirect_to must be an absolute URL on one of OIDC_REDIRECT_ORIGINS.', details: [{ field: 'redirect_to', message: 'not an allowed origin' }] })
+    }
+    return url.toString()
+  }
+
+  /** A provider name that exists (404 otherwise), for the routes that take one. */
+  assertKnown(name: string): void {
+    this.provider(name)
+  }
+
+  /**
+   * Starts a flow: state, nonce and PKCE verifier kept here (10 minutes, single-use), bound to the
+   * browser's `portcullis_oidc` cookie (`browser`, made if the browser has none). Answers where to
+   * send the browser: the provider, or back with `error=provider_unavailable`.
+   */
+  async start(name: string, redirectTo: string, browser: string | undefined, link?: Principal): Promise<{ location: string; browser: string }> {
+    const provider = this.provider(name)
+    const target = this.allowedRedirect(redirectTo)
+    const cookie = browser && /^[A-Za-z0-9_-]{43}$/.test(browser) ? browser : randomBytes(32).toString('base64url')
+    if (!provider.client) return { location: withParams(target, { error: 'provider_unavailable' }), browser: cookie }
+    const state = oidc.randomState()
+    const nonce = oidc.randomNonce()
+    const verifier = oidc.randomPKCECodeVerifier()
+    const now = this.deps.clock.now()
+    const stateHash = this.mac('oidc_state', state)
+    await flows.insert(this.db, {
+      state_hash: stateHash,
+      provider: name,
+      browser_hash: this.mac('oidc_browser', cookie),
+      nonce,
+      code_verifier: this.deps.sealer.seal(verifier, `oidc_flow:${stateHash}`),
+      redirect_to: target,
+      purpose: link ? 'link' : 'login',
+      user_id: link?.userId ?? null,
+      created_at: now,
+      expires_at: now + FLOW_TTL_MS,
+      used_at: null,
+    })
+    const url = oidc.buildAuthorizationUrl(provider.client, {
+      redirect_uri: this.callbackUrl(name),
+      scope: provider.config.scopes,
+      state,
+      nonce,
+      code_challenge: await oidc.calculatePKCECodeChallenge(verifier),
+      code_challenge_method: 'S256',
+    })
+    return { location: url.toString(), browser: cookie }
+  }
+
+  /**
+   * The provider sends the browser back here. Without a live flow of this provider started by this
+   * browser there is no trusted redirect_to: the caller answers an HTML page and redirects nowhere.
+   * Otherwise the browser goes back to redirect_to with `code` (a one-time login code), `linked`,
+   * or `error`.
+   */
+  async callback(name: string, query: Record<string, string | undefined>, rawQuery: string, browser: string | undefined, context: RequestContext): Promise<CallbackOutcome> {
+    const provider = this.provider(name)
+    const state = query.state
+    const flow = state && browser ? await flows.consume(this.db, this.mac('oidc_state', state), name, this.mac('oidc_browser', browser), this.deps.clock.now()) : null
+    if (!flow) {
+      await recordEvent(this.db, this.deps.clock, { type: 'oidc.refused', reason: `${name}: unknown_flow`, context })
+      return { refused: 'unknown_flow' }
+    }
+    try {
+      const claims = await this.exchangeCode(provider, flow, rawQuery, query)
+      if (flow.purpose === 'link') {
+        await this.link(provider, flow.user_id!, claims, context)
+        return { redirect: withParams(flow.redirect_to, { linked: name }) }
+      }
+      const user = await this.signInUser(provider, claims, context)
+      const code = randomBytes(32).toString('base64url')
+      const now = this.deps.clock.now()
+      await loginCodes.insert(this.db, { code_hash: this.mac('oidc_login_code', code), user_id: user.id, provider: name, created_at: now, expires_at: now + LOGIN_CODE_TTL_MS })
+      return { redirect: withParams(flow.redirect_to, { code }) }
+    } catch (error) {
+      const refusal = error instanceof CallbackRefused ? error : new CallbackRefused('server_error')
+      if (!(error instanceof CallbackRefused)) this.deps.logger.error({ err: { message: (error as Error).message }, provider: name }, 'identity provider callback failed')
+      if (refusal.detail) this.deps.logger.warn({ provider: name, reason: refusal.reason, detail: refusal.detail }, 'identity provider sign-in refused')
+      await recordEvent(this.db, this.deps.clock, { type: 'oidc.refused', userId: flow.user_id, reason: `${name}: ${refusal.reason}`, context })
+      return { redirect: withParams(flow.redirect_to, { error: refusal.reason }) }
+    }
+  }
+
+  /**
+   * The authorization code for tokens (PKCE, state, nonce, ID token checks by openid-client), then
+   * the ID token's signature once more against the provider's JWKS: openid-client skips it for an
+   * ID token that comes straight from the token endpoint, and Portcullis does not.
+   */
+  private async exchangeCode(provider: Provider, flow: FlowRow, rawQuery: string, query: Record<string, string | undefined>) {
+    if (query.error) throw new CallbackRefused(query.error === 'access_denied' ? 'access_denied' : 'provider_error', `the provider answered ${query.error.slice(0, 64)}`)
+    if (!query.code) throw new CallbackRefused('invalid_request', 'no code in the callback')
+    const client = provider.client
+    if (!client || !provider.jwks) throw new CallbackRefused('provider_unavailable')
+    const verifier = this.deps.sealer.open(flow.code_verifier, `oidc_flow:${flow.state_hash}`)
+    const current = new URL(`${this.callbackUrl(provider.config.name)}?${rawQuery}`)
+    let idToken: string
+    try {
+      const tokens = await oidc.authorizationCodeGrant(client, current, { pkceCodeVerifier: verifier, expectedState: query.state!, expectedNonce: flow.nonce, idTokenExpected: true })
+      idToken = tokens.id_token!
+    } catch (error) {
+      throw new CallbackRefused('provider_error', (error as Error).message.slice(0, 200))
+    }
+    const metadata = client.serverMetadata()
+    const algorithms = (metadata.id_token_signing_alg_values_supported ?? ['RS256']).filter((alg) => alg !== 'none')
+    try {
+      const { payload } = await jwtVerify(idToken, provider.jwks, { issuer: metadata.issuer, audience: provider.config.clientId, algorithms })
+      if (payload.nonce !== flow.nonce) throw new Error('the nonce does not match')
+      if (typeof payload.sub !== 'string' || payload.sub.length === 0 || payload.sub.length > 255) throw new Error('no usable sub')
+      return {
+        sub: payload.sub,
+        email: typeof payload.email === 'string' ? payload.email : null,
+        emailVerified: claimsVerified(payload.email_verified) || (provider.config.trustEmail && typeof payload.email === 'string' && payload.email_verified === undefined),
+        name: typeof payload.name === 'string' ? payload.name : '',
+      }
+    } catch (error) {
+      throw new CallbackRefused('provider_error', `ID token: ${(error as Error).message.slice(0, 200)}`)
+    }
+  }
+
+  /**
+   * Which account a provider sign-in is (API.md): a linked identity's; else one with the same
+   * address, linked only when the provider and the account both say the address is verified; else
+   * a new account. An address the provider does not vouch for never creates or links anything.
+   */
+  private async signInUser(provider: Provider, claims: { sub: string; email: string | null; emailVerified: boolean; name: string }, context: RequestContext): Promise<UserRow> {
+    const name = provider.config.name
+    const now = this.deps.clock.now()
+    const linked = await identities.find(this.db, name, claims.sub)
+    if (linked) {
+      const user = await users.findById(this.db, linked.user_id)
+      if (!user) throw new CallbackRefused('server_error')
+      this.assertUsable(user)
+      await identities.touch(this.db, linked.id, now)
+      return user
+    }
+    if (!claims.email || !claims.emailVerified) throw new CallbackRefused('email_not_verified')
+    const existing = await users.findByEmail(this.db, claims.email.trim().toLowerCase())
+    if (existing) {
+      // Both sides verified, or nothing: an account someone registered with this address but never
+      // verified must not become reachable through the provider (pre-account takeover).
+      if (existing.email_verified_at === null) throw new CallbackRefused('account_exists')
+      this.assertUsable(existing)
+      await this.db.transaction().execute(async (trx) => {
+        await identities.insert(trx, { id: randomUUID(), user_id: existing.id, provider: name, subject: claims.sub, email: claims.email, created_at: now, last_used_at: now })
+        await recordEvent(trx, this.deps.clock, { type: 'oidc.linked', userId: existing.id, reason: name, context })
+      })
+      return existing
+    }
+    try {
+      return await this.deps.auth.registerFederated({ email: claims.email, fullName: claims.name }, context, async (trx, user) => {
+        await identities.insert(trx, { id: randomUUID(), user_id: user.id, provider: name, subject: claims.sub, email: claims.email, created_at: now, last_used_at: now })
+        await recordEvent(trx, this.deps.clock, { type: 'oidc.linked', userId: user.id, reason: name, context })
+      })
+    } catch (error) {
+      if (error instanceof AppError && error.code === 'EMAIL_EXISTS') throw new CallbackRefused('account_exists')
+      if (error instanceof AppError && error.code === 'VALIDATION_ERROR') throw new CallbackRefused('email_not_verified', 'the provider\'s address is not one this service accepts')
+      throw error
+    }
+  }
+
+  private assertUsable(user: UserRow): void {
+    try {
+      this.deps.sessions.assertMayOpen(user)
+    } catch (error) {
+      throw new CallbackRefused((error as AppError).code === 'ACCOUNT_DISABLED' ? 'account_disabled' : 'email_not_verified')
+    }
+  }
+
+  /** A signed-in user links a provider identity; one linked to someone else is account_exists. */
+  private async link(provider: Provider, userId: string, claims: { sub: string; email: string | null }, context: RequestContext): Promise<void> {
+    const name = provider.config.name
+    const linked = await identities.find(this.db, name, claims.sub)
+    if (linked) {
+      if (linked.user_id !== userId) throw new CallbackRefused('account_exists')
+      return
+    }
+    const now = this.deps.clock.now()
+    await this.db.transaction().execute(async (trx) => {
+      await identities.insert(trx, { id: randomUUID(), user_id: userId, provider: name, subject: claims.sub, email: claims.email, created_at: now, last_used_at: null })
+      await recordEvent(trx, this.deps.clock, { type: 'oidc.linked', userId, reason: name, context })
+    })
+  }
+
+  /**
+   * The login code for a session: single-use, 60 seconds. An account with a second factor gets
+   * MFA_REQUIRED exactly as after a password, the provider counting as the first step.
+   */
+  async exchange(code: string, transport: 'body' | 'cookie', context: RequestContext): Promise<LoginBody> {
+    const used = await loginCodes.consume(this.db, this.mac('oidc_login_code', code), this.deps.clock.now())
+    const user = used && (await users.findById(this.db, used.user_id))
+    if (!used || !user) throw new AppError('INVALID_CREDENTIALS')
+    this.deps.sessions.assertMayOpen(user)
+    const methods = await this.deps.secondFactor.requiredMethods(user.id)
+    if (methods) throw await this.deps.secondFactor.challenge(user.id, methods, FEDERATED, transport, context)
+    return this.deps.sessions.open(user.id, FEDERATED, context, { type: 'login.succeeded', reason: `oidc:${used.provider}` })
+  }
+
+  async list(userId: string) {
+    return { identities: (await identities.listOf(this.db, userId)).map(view) }
+  }
+
+  /** Unlinks, unless it would leave the account with no password, passkey or other identity. */
+  async unlink(principal: Principal, id: string, context: RequestContext) {
+    const own = isUuid(id) ? (await identities.listOf(this.db, principal.userId)).find((row) => row.id === id) : undefined
+    if (!own) throw new AppError('NOT_FOUND')
+    const user = await users.findById(this.db, principal.userId)
+    if (!user) throw new AppError('INVALID_TOKEN')
+    const others = (await identities.listOf(this.db, user.id)).length - 1
+    if (user.password_hash === NO_PASSWORD && others === 0 && !(await this.deps.hasPasskey(user.id))) throw new AppError('LAST_SIGN_IN_METHOD')
+    await this.db.transaction().execute(async (trx) => {
+      if (!(await identities.delete(trx, user.id, own.id))) throw new AppError('NOT_FOUND')
+      await recordEvent(trx, this.deps.clock, { type: 'oidc.unlinked', userId: user.id, reason: own.provider, context })
+    })
+    return { id: own.id, deleted: true as const }
+  }
+}
+
+/** The URL with these query parameters added (replacing any of the same name). */
+function withParams(url: string, params: Record<string, string>): string {
+  const target = new URL(url)
+  for (const [key, value] of Object.entries(params)) target.searchParams.set(key, value)
+  return target.toString()
+}

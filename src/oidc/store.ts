@@ -1,0 +1,82 @@
+import type { Kysely, Selectable } from 'kysely'
+import type { Database, OidcFlowsTable, UserIdentitiesTable } from '../db/schema.ts'
+
+/** The identity-provider module's storage calls (tables user_identities, oidc_flows, oidc_login_codes). */
+type Executor = Kysely<Database>
+export type IdentityRow = Selectable<UserIdentitiesTable>
+export type FlowRow = Selectable<OidcFlowsTable>
+
+export const identities = {
+  async find(db: Executor, provider: string, subject: string): Promise<IdentityRow | null> {
+    return (await db.selectFrom('user_identities').selectAll().where('provider', '=', provider).where('subject', '=', subject).executeTakeFirst()) ?? null
+  },
+
+  async listOf(db: Executor, userId: string): Promise<IdentityRow[]> {
+    return db.selectFrom('user_identities').selectAll().where('user_id', '=', userId).orderBy('created_at').orderBy('id').execute()
+  },
+
+  async insert(db: Executor, row: IdentityRow): Promise<void> {
+    await db.insertInto('user_identities').values(row).execute()
+  },
+
+  async touch(db: Executor, id: string, at: number): Promise<void> {
+    await db.updateTable('user_identities').set({ last_used_at: at }).where('id', '=', id).execute()
+  },
+
+  async delete(db: Executor, userId: string, id: string): Promise<boolean> {
+    return (await db.deleteFrom('user_identities').where('user_id', '=', userId).where('id', '=', id).executeTakeFirst()).numDeletedRows > 0n
+  },
+}
+
+export const flows = {
+  async insert(db: Executor, row: FlowRow): Promise<void> {
+    await db.insertInto('oidc_flows').values(row).execute()
+  },
+
+  /**
+   * Uses a flow up, if it is live, of this provider and started by this browser: of two callbacks
+   * with one state exactly one gets it. Returns the flow, or null.
+   */
+  async consume(db: Executor, stateHash: string, provider: string, browserHash: string, now: number): Promise<FlowRow | null> {
+    const row = await db.selectFrom('oidc_flows').selectAll().where('state_hash', '=', stateHash).executeTakeFirst()
+    if (!row || row.provider !== provider || row.browser_hash !== browserHash || row.used_at !== null || row.expires_at <= now) return null
+    const used = await db
+      .updateTable('oidc_flows')
+      .set({ used_at: now })
+      .where('state_hash', '=', stateHash)
+      .where('used_at', 'is', null)
+      .executeTakeFirst()
+    return used.numUpdatedRows > 0n ? row : null
+  },
+
+  /** Retention: up to `limit` flows that expired before `before`. */
+  async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {
+    const expired = db.selectFrom('oidc_flows').select('state_hash').where('expires_at', '<', before).limit(limit)
+    return Number((await db.deleteFrom('oidc_flows').where('state_hash', 'in', expired).executeTakeFirst()).numDeletedRows)
+  },
+}
+
+export const loginCodes = {
+  async insert(db: Executor, row: { code_hash: string; user_id: string; provider: string; created_at: number; expires_at: number }): Promise<void> {
+    await db.insertInto('oidc_login_codes').values({ ...row, used_at: null }).execute()
+  },
+
+  /** Uses a code up, if it is live: the account and provider it was made for, or null. */
+  async consume(db: Executor, hash: string, now: number): Promise<{ user_id: string; provider: string } | null> {
+    const row = await db.selectFrom('oidc_login_codes').select(['user_id', 'provider', 'used_at', 'expires_at']).where('code_hash', '=', hash).executeTakeFirst()
+    if (!row || row.used_at !== null || row.expires_at <= now) return null
+    const used = await db
+      .updateTable('oidc_login_codes')
+      .set({ used_at: now })
+      .where('code_hash', '=', hash)
+      .where('used_at', 'is', null)
+      .where('expires_at', '>', now)
+      .executeTakeFirst()
+    return used.numUpdatedRows > 0n ? { user_id: row.user_id, provider: row.provider } : null
+  },
+
+  async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {
+    const expired = db.selectFrom('oidc_login_codes').select('code_hash').where('expires_at', '<', before).limit(limit)
+    return Number((await db.deleteFrom('oidc_login_codes').where('code_hash', 'in', expired).executeTakeFirst()).numDeletedRows)
+  },
+}
