@@ -9,7 +9,8 @@ import { createHash, generateKeyPairSync, randomBytes, sign, type KeyObject } fr
  */
 
 // ---------------------------------------------------------------------------------------------
-// JSON shapes (only the fields this helper reads or writes). Binary values are base64url strings.
+// JSON shapes (only the fields this helper reads or writes; extensions are ignored and
+// clientExtensionResults is always {}). Binary values are base64url strings.
 
 export type Base64Url = string
 
@@ -29,7 +30,6 @@ export interface CreationOptionsJSON {
   timeout?: number
   attestation?: string
   authenticatorSelection?: { authenticatorAttachment?: string; residentKey?: string; requireResidentKey?: boolean; userVerification?: string }
-  extensions?: Record<string, unknown>
 }
 
 /** PublicKeyCredentialRequestOptionsJSON, as the server sends it for navigator.credentials.get. */
@@ -39,7 +39,6 @@ export interface RequestOptionsJSON {
   allowCredentials?: CredentialDescriptorJSON[]
   timeout?: number
   userVerification?: string
-  extensions?: Record<string, unknown>
 }
 
 export interface RegistrationResponseJSON {

@@ -8,6 +8,10 @@ import { tokenFromMail } from '../helpers/mail.ts'
 import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 import { oathtool } from '../helpers/totp.ts'
 import { SoftAuthenticator } from '../helpers/webauthn.ts'
+import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.ts'
+
+/** The service's PUBLIC_URL here (it is reached with inject; the identity provider sends the browser back to it). */
+const PLANS_URL = 'http://localhost:4000'
 
 /** The tables that grow with users: a statement may reach them only through an index range. */
 const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed', 'mfa_factors', 'mfa_recovery_codes', 'mfa_challenges'])
@@ -17,7 +21,7 @@ const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events',
  * this flow forgets fails the test), the pages, and every background job, so that the service
  * prepares every statement it has.
  */
-async function exerciseEverything(t: TestApp): Promise<void> {
+async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<void> {
   const called = new Set<string>()
   const call = async (method: 'GET' | 'POST' | 'PATCH' | 'DELETE', template: string, options: { params?: Record<string, string>; token?: string; body?: unknown; query?: string; status?: number } = {}) => {
     let path = template
@@ -102,14 +106,33 @@ async function exerciseEverything(t: TestApp): Promise<void> {
   await call('POST', `${api}/auth/passkeys/login`, { body: { challenge_id: passwordless.challenge_id, credential: device.authenticate(passwordless.options, { origin }) } })
   await call('DELETE', `${api}/auth/mfa/factors/{id}`, { params: { id: enrolment.factor_id }, token: verified.access_token })
 
-  // Identity providers (none configured here: test/integration/oidc.test.ts drives a real one).
+  // An identity provider (a real one on loopback): a sign-in that makes an account, the exchange,
+  // a link from a signed-in account, the list and an unlink.
+  const federated = { sub: 'plans-sub', email: uniqueEmail('plans-oidc'), email_verified: true as const, name: 'Plans' }
+  provider.addAccount(federated)
   await call('GET', `${api}/auth/oidc/providers`)
-  await call('GET', `${api}/auth/oidc/{name}/start`, { params: { name: 'none' }, query: 'redirect_to=http%3A%2F%2Flocalhost%3A3000%2F', status: 404 })
-  await call('GET', `${api}/auth/oidc/{name}/callback`, { params: { name: 'none' }, query: 'state=x&code=y', status: 404 })
-  await call('POST', `${api}/auth/oidc/exchange`, { body: { code: 'not-a-code' }, status: 401 })
-  await call('POST', `${api}/auth/oidc/{name}/link`, { params: { name: 'none' }, token: verified.access_token, body: { redirect_to: 'http://localhost:3000/' }, status: 404 })
-  await call('GET', `${api}/auth/me/identities`, { token: verified.access_token })
-  await call('DELETE', `${api}/auth/me/identities/{id}`, { params: { id: '00000000-0000-4000-8000-000000000000' }, token: verified.access_token, status: 404 })
+  const browserHop = async (location: string, cookie: string) => {
+    const back = new URL(await provider.signIn(location, federated.sub))
+    const response = await t.app.inject({ method: 'GET', url: `${back.pathname}${back.search}`, headers: { cookie: `portcullis_oidc=${cookie}` } })
+    assert.equal(response.statusCode, 302, response.body)
+    called.add(`get ${api}/auth/oidc/{name}/callback`)
+    return new URL(String(response.headers.location))
+  }
+  const cookieOf = (set: unknown) => /portcullis_oidc=([^;]+)/.exec(String(set))![1]!
+  const started = await t.app.inject({ method: 'GET', url: `${api}/auth/oidc/test/start?redirect_to=${encodeURIComponent(`${PLANS_URL}/back`)}` })
+  assert.equal(started.statusCode, 302, started.body)
+  called.add(`get ${api}/auth/oidc/{name}/start`)
+  const returned = await browserHop(String(started.headers.location), cookieOf(started.headers['set-cookie']))
+  const fedToken = (await call('POST', `${api}/auth/oidc/exchange`, { body: { code: returned.searchParams.get('code') } })).data.access_token as string
+  await call('GET', `${api}/auth/me/identities`, { token: fedToken })
+  const linker = await registerVerifyLogin(t, uniqueEmail('plans-linker'))
+  const linking = await t.app.inject({ method: 'POST', url: `${api}/auth/oidc/test/link`, headers: { authorization: `Bearer ${linker.access_token}`, 'content-type': 'application/json' }, payload: JSON.stringify({ redirect_to: `${PLANS_URL}/settings` }) })
+  called.add(`post ${api}/auth/oidc/{name}/link`)
+  federated.sub = 'plans-sub-2'
+  provider.addAccount(federated)
+  assert.equal((await browserHop(linking.json().data.authorization_url, cookieOf(linking.headers['set-cookie']))).searchParams.get('linked'), 'test')
+  const linked = (await call('GET', `${api}/auth/me/identities`, { token: linker.access_token })).data.identities as { id: string }[]
+  await call('DELETE', `${api}/auth/me/identities/{id}`, { params: { id: linked[0]!.id }, token: linker.access_token })
 
   // The operators' side.
   const { key } = await t.app.services.apiKeys.create({ name: 'plans', scopes: ['users:read', 'users:write', 'audit:read'], expiresAt: null })
@@ -198,9 +221,13 @@ for (const engine of ENGINES) {
       const setup = openDatabase({ databaseUrl: storage.databaseUrl, dataDir: storage.dataDir })
       await migrate(setup)
       await setup.close()
-      const t = await startTestApp(engine, { storage, env: { AUDIT_RETENTION_DAYS: '30' } })
+      const provider = await startTestProvider({ redirectUris: [`${PLANS_URL}/api/v1/auth/oidc/test/callback`] })
+      const t = await startTestApp(engine, {
+        storage,
+        env: { AUDIT_RETENTION_DAYS: '30', PUBLIC_URL: PLANS_URL, OIDC_PROVIDERS: 'test', OIDC_TEST_ISSUER: provider.issuer, OIDC_TEST_CLIENT_ID: provider.clientId, OIDC_TEST_CLIENT_SECRET: provider.clientSecret },
+      })
       try {
-        await exerciseEverything(t)
+        await exerciseEverything(t, provider)
         const texts = t.app.services.db.statementTexts!().filter((text) => !/kysely_migration/.test(text))
         assert.ok(texts.length > 60, `the flow prepared ${texts.length} statements`)
         const problems: string[] = []
@@ -220,6 +247,7 @@ for (const engine of ENGINES) {
         assert.deepEqual(problems, [])
       } finally {
         await t.close()
+        await provider.close()
         await storage.drop()
       }
     })

@@ -1,0 +1,94 @@
+import assert from 'node:assert/strict'
+import { after, before, describe, test } from 'node:test'
+import { decodeJwt } from 'jose'
+import type { Browser } from 'playwright-core'
+import { launchBrowser, serveClientApp } from '../helpers/browser.ts'
+import { ENGINES } from '../helpers/db.ts'
+import { freePort, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.ts'
+
+/**
+ * "Continue with <provider>" in a real browser (issue 25), once per engine: an application page
+ * using the typed client sends Chromium to the service, the service to a real OpenID provider on
+ * loopback, whose own login form the test fills in; the provider sends the browser back through the
+ * service's callback (the portcullis_oidc cookie coming along) to the application with a one-time
+ * code, which the client exchanges for a session in cookie mode.
+ */
+describe('sign-in with an identity provider in Chromium', () => {
+  let browser: Browser
+  before(async () => {
+    browser = await launchBrowser()
+  })
+  after(async () => {
+    await browser?.close()
+  })
+
+  for (const engine of ENGINES) {
+    describe(`on ${engine}`, () => {
+      let t: TestApp
+      let provider: TestProvider
+      let app: Awaited<ReturnType<typeof serveClientApp>>
+      let apiOrigin: string
+      before(async () => {
+        const port = await freePort()
+        apiOrigin = `http://127.0.0.1:${port}`
+        provider = await startTestProvider({ redirectUris: [`${apiOrigin}/api/v1/auth/oidc/test/callback`] })
+        app = await serveClientApp(`${apiOrigin}/api/v1`)
+        t = await startTestApp(engine, {
+          env: {
+            PORT: String(port),
+            PUBLIC_URL: apiOrigin,
+            CORS_ORIGINS: app.origin,
+            OIDC_PROVIDERS: 'test',
+            OIDC_TEST_ISSUER: provider.issuer,
+            OIDC_TEST_CLIENT_ID: provider.clientId,
+            OIDC_TEST_CLIENT_SECRET: provider.clientSecret,
+          },
+        })
+        await t.app.listen({ port, host: '127.0.0.1' })
+      })
+      after(async () => {
+        await t?.close()
+        await app?.close()
+        await provider?.close()
+      })
+
+      test('Continue with the provider: its login page, back to the app with a code, exchanged for a cookie-mode session', async () => {
+        const email = uniqueEmail('browser-oidc')
+        provider.addAccount({ sub: `browser-${engine}`, email, email_verified: true, name: 'Browser User' })
+        const context = await browser.newContext()
+        try {
+          const page = await context.newPage()
+          await page.goto(`${app.origin}/`)
+          await page.waitForFunction('window.ready === true')
+          const providers = (await page.evaluate('client.oidcProviders()')) as { providers: { name: string; available: boolean }[] }
+          assert.deepEqual(providers.providers.map((p) => [p.name, p.available]), [['test', true]])
+
+          const start = (await page.evaluate(`client.startOidc('test', location.origin + '/?signed-in=1')`)) as string
+          await page.goto(start)
+          assert.equal(new URL(page.url()).origin, provider.issuer, 'at the provider')
+          await page.fill('input[name=sub]', `browser-${engine}`)
+          await Promise.all([page.waitForURL((url) => url.origin === app.origin), page.click('text=Sign in')])
+
+          const back = new URL(page.url())
+          assert.equal(back.searchParams.get('signed-in'), '1')
+          const loginCode = back.searchParams.get('code')
+          assert.ok(loginCode, `came back with ${back.search}`)
+          await page.waitForFunction('window.ready === true')
+          const session = (await page.evaluate(`client.exchangeOidcCode(${JSON.stringify(loginCode)})`)) as { access_token: string; refresh_token?: string }
+          assert.equal(session.refresh_token, undefined, 'cookie mode')
+          assert.deepEqual(decodeJwt(session.access_token).amr, ['fed'])
+          assert.equal(await page.evaluate('client.me().then((me) => me.email)'), email)
+          // All of them: a URL would filter by path, and these live under the API's /api/v1/auth paths.
+          const cookies = (await context.cookies()).filter((cookie) => cookie.domain === new URL(apiOrigin).hostname)
+          assert.ok(cookies.some((cookie) => cookie.name === 'portcullis_refresh' && cookie.httpOnly))
+          // The flow cookie stayed on the service's OIDC path, HttpOnly and Lax.
+          const flow = cookies.find((cookie) => cookie.name === 'portcullis_oidc')
+          assert.deepEqual([flow?.path, flow?.httpOnly, flow?.sameSite], ['/api/v1/auth/oidc', true, 'Lax'])
+        } finally {
+          await context.close()
+        }
+      })
+    })
+  }
+})
