@@ -26,7 +26,7 @@ export class OidcProviders {
   private readonly providers = new Map<string, Provider>()
   private retry: NodeJS.Timeout | undefined
 
-  constructor(configs: OidcProviderConfig[], private readonly logger: Logger) {
+  constructor(configs: OidcProviderConfig[], private readonly logger: Logger, private readonly retryMs = DISCOVERY_RETRY_MS) {
     for (const config of configs) this.providers.set(config.name, { config, client: null, jwks: null })
   }
 
@@ -34,7 +34,7 @@ export class OidcProviders {
   async start(): Promise<void> {
     await this.discoverMissing()
     if (this.providers.size === 0) return
-    this.retry = setInterval(() => void this.discoverMissing(), DISCOVERY_RETRY_MS)
+    this.retry = setInterval(() => void this.discoverMissing(), this.retryMs)
     this.retry.unref()
   }
 
