@@ -39,7 +39,6 @@ interface KoaContext {
   req: IncomingMessage
   res: ServerResponse
   redirect(url: string): void
-  get(field: string): string
 }
 type Middleware = (ctx: KoaContext, next: () => Promise<void>) => Promise<void>
 
@@ -71,6 +70,7 @@ interface Provider {
   on(event: string, listener: (...args: unknown[]) => void): unknown
   interactionDetails(req: IncomingMessage, res: ServerResponse): Promise<Interaction>
   interactionResult(req: IncomingMessage, res: ServerResponse, result: object, options?: { mergeWithLastSubmission?: boolean }): Promise<string>
+  Client: { find(id: string): Promise<unknown> }
   Grant: {
     new (init: { accountId: string; clientId: string }): Grant
     find(id: string): Promise<Grant | undefined>
@@ -231,71 +231,87 @@ export async function startTestProvider(options: { redirectUris: string[]; accou
   const { port } = server.address() as AddressInfo
   const issuer = `http://127.0.0.1:${port}`
 
-  const provider = new Provider(issuer, {
-    adapter: memoryAdapter(),
-    jwks: { keys: [privateJwk] },
-    cookies: { keys: [randomBytes(32).toString('base64url')] },
-    clients: [
-      {
-        client_id: clientId,
-        client_secret: clientSecret,
-        application_type: 'web', // a web client may register http redirect URIs (only implicit needs https)
-        redirect_uris: options.redirectUris,
-        grant_types: ['authorization_code'],
-        response_types: ['code'],
-        // what openid-client v6 uses when given a bare client secret
-        token_endpoint_auth_method: 'client_secret_post',
-        id_token_signed_response_alg: 'RS256',
-      },
-    ],
-    pkce: { required: () => true }, // S256 is the only method oidc-provider 9 implements
-    scopes: ['openid', 'email', 'profile'],
-    claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name'] },
-    // Put the scope's claims in the ID token as most providers do, not only behind userinfo.
-    conformIdTokenClaims: false,
-    features: {
-      devInteractions: { enabled: false }, // replaced by the two routes below, without its console warnings
-      userinfo: { enabled: true },
-    },
-    async findAccount(_ctx: unknown, sub: string) {
-      if (!accounts.has(sub)) return undefined
-      return {
-        accountId: sub,
-        async claims() {
-          const account = accounts.get(sub) ?? { sub }
-          const claims: Record<string, unknown> = { sub }
-          if (account.email !== undefined) claims.email = account.email
-          if (account.email_verified !== undefined) claims.email_verified = account.email_verified // strings too, as some providers send
-          if (account.name !== undefined) claims.name = account.name
-          return claims
+  const closeServer = () =>
+    new Promise<void>((resolve) => {
+      server.close(() => resolve())
+      server.closeAllConnections()
+    })
+
+  let provider: Provider
+  try {
+    provider = new Provider(issuer, {
+      adapter: memoryAdapter(),
+      jwks: { keys: [privateJwk] },
+      cookies: { keys: [randomBytes(32).toString('base64url')] },
+      clients: [
+        {
+          client_id: clientId,
+          client_secret: clientSecret,
+          application_type: 'web', // a web client may register http redirect URIs (only implicit needs https)
+          redirect_uris: options.redirectUris,
+          grant_types: ['authorization_code'],
+          response_types: ['code'],
+          // what openid-client v6 uses when given a bare client secret
+          token_endpoint_auth_method: 'client_secret_post',
+          id_token_signed_response_alg: 'RS256',
         },
-      }
-    },
-    // No consent screen: the test client is granted whatever OIDC scopes and claims it asks for.
-    async loadExistingGrant(ctx: { oidc: OidcContext & { provider: Provider } }) {
-      const { oidc } = ctx
-      const accountId = oidc.session.accountId
-      if (!accountId) return undefined
-      const grantId = oidc.result?.consent?.grantId ?? oidc.session.grantIdFor(oidc.client.clientId)
-      const grant = (grantId ? await oidc.provider.Grant.find(grantId) : undefined) ?? new oidc.provider.Grant({ accountId, clientId: oidc.client.clientId })
-      grant.addOIDCScope(oidc.requestParamOIDCScopes)
-      grant.addOIDCClaims(oidc.requestParamClaims)
-      await grant.save()
-      return grant
-    },
-    // Numbers instead of the default functions, which print a notice when first called.
-    ttl: { AccessToken: 3600, AuthorizationCode: 60, IdToken: 3600, Interaction: 600, Session: 3600, Grant: 3600 },
-    clientBasedCORS: () => false,
-    // Errors as JSON, so signIn() can say what went wrong (the default page prints a notice).
-    async renderError(ctx: KoaContext, out: Record<string, string>) {
-      ctx.type = 'json'
-      ctx.body = out
-    },
-  })
+      ],
+      responseTypes: ['code'],
+      pkce: { required: () => true }, // S256 is the only method oidc-provider 9 implements
+      scopes: ['openid', 'email', 'profile'],
+      claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name'] },
+      // Put the scope's claims in the ID token as most providers do, not only behind userinfo.
+      conformIdTokenClaims: false,
+      features: {
+        devInteractions: { enabled: false }, // replaced by the two routes below, without its console warnings
+        userinfo: { enabled: true },
+      },
+      async findAccount(_ctx: unknown, sub: string) {
+        if (!accounts.has(sub)) return undefined
+        return {
+          accountId: sub,
+          async claims() {
+            const account = accounts.get(sub) ?? { sub }
+            const claims: Record<string, unknown> = { sub }
+            if (account.email !== undefined) claims.email = account.email
+            if (account.email_verified !== undefined) claims.email_verified = account.email_verified // strings too, as some providers send
+            if (account.name !== undefined) claims.name = account.name
+            return claims
+          },
+        }
+      },
+      // No consent screen: the test client is granted whatever OIDC scopes and claims it asks for.
+      async loadExistingGrant(ctx: { oidc: OidcContext & { provider: Provider } }) {
+        const { oidc } = ctx
+        const accountId = oidc.session.accountId
+        if (!accountId) return undefined
+        const grantId = oidc.result?.consent?.grantId ?? oidc.session.grantIdFor(oidc.client.clientId)
+        const grant = (grantId ? await oidc.provider.Grant.find(grantId) : undefined) ?? new oidc.provider.Grant({ accountId, clientId: oidc.client.clientId })
+        grant.addOIDCScope(oidc.requestParamOIDCScopes)
+        grant.addOIDCClaims(oidc.requestParamClaims)
+        await grant.save()
+        return grant
+      },
+      // Numbers instead of the default functions, which print a notice when first called.
+      ttl: { AccessToken: 3600, AuthorizationCode: 60, IdToken: 3600, Interaction: 600, Session: 3600, Grant: 3600 },
+      clientBasedCORS: () => false,
+      // Errors as JSON, so signIn() can say what went wrong (the default page prints a notice).
+      async renderError(ctx: KoaContext, out: Record<string, string>) {
+        ctx.type = 'json'
+        ctx.body = out
+      },
+    })
+    // Static clients are only checked when first used; check now, so a bad redirect URI fails here.
+    await provider.Client.find(clientId)
+  } catch (error) {
+    await closeServer() // and leave no listening server behind
+    const description = (error as { error_description?: string }).error_description
+    throw description ? new Error(`test provider: ${(error as Error).message} (${description})`, { cause: error }) : error
+  }
 
   // Koa would print unhandled errors; oidc-provider reports its own as events. DEBUG=oidc shows both.
   const report = (...args: unknown[]) => {
-    if (verbose) console.error('test OIDC provider:', ...args.filter((arg) => !(arg && typeof arg === 'object' && 'oidc' in arg)))
+    if (verbose) console.error('test OIDC provider:', ...args.filter((arg) => arg instanceof Error))
   }
   provider.on('error', report)
   provider.on('server_error', report)
@@ -409,7 +425,12 @@ export async function startTestProvider(options: { redirectUris: string[]; accou
         response = await request(url, new URLSearchParams(signInOptions.deny ? {} : { sub }))
         continue
       }
-      throw new Error(`signIn: the provider answered ${response.status} at ${url.pathname}: ${text.slice(0, 500)}`)
+      let reason = text.slice(0, 500)
+      try {
+        const { error, error_description } = JSON.parse(text) as { error?: string; error_description?: string }
+        if (error) reason = error_description ? `${error} (${error_description})` : error
+      } catch {}
+      throw new Error(`signIn: the provider answered ${response.status} at ${url.pathname}: ${reason}`)
     }
     throw new Error('signIn: too many redirects')
   }
@@ -427,10 +448,7 @@ export async function startTestProvider(options: { redirectUris: string[]; accou
     signIn,
     async close() {
       handle = undefined
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve())
-        server.closeAllConnections()
-      })
+      await closeServer()
     },
   }
 }
