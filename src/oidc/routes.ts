@@ -61,6 +61,8 @@ export async function publicOidcRoutes(fastify: FastifyInstance, oidc: OidcServi
   })
 
   app.get('/auth/oidc/:name/callback', {
+    // Each refused callback is an audit row: counted with logins, so it cannot be used to fill the table.
+    onRequest: limitByIp(limits, 'login'),
     schema: { tags, operationId: 'oidcCallback', description: 'Where the provider sends the browser back: a 302 to redirect_to with code, linked or error; a 400 HTML page when the flow is unknown, used, expired or not this browser\'s.', params: ProviderParams, querystring: CallbackQuery },
   }, async (request, reply) => {
     const url = request.raw.url ?? ''
