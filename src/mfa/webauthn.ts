@@ -1,14 +1,14 @@
 import { randomBytes } from 'node:crypto'
-import {
-  generateAuthenticationOptions,
-  generateRegistrationOptions,
-  verifyAuthenticationResponse,
-  verifyRegistrationResponse,
-  type AuthenticationResponseJSON,
-  type PublicKeyCredentialCreationOptionsJSON,
-  type PublicKeyCredentialRequestOptionsJSON,
-  type RegistrationResponseJSON,
+import type {
+  AuthenticationResponseJSON,
+  PublicKeyCredentialCreationOptionsJSON,
+  PublicKeyCredentialRequestOptionsJSON,
+  RegistrationResponseJSON,
 } from '@simplewebauthn/server'
+
+/** The library, loaded on the first ceremony rather than at start (it is a tenth of start-up). */
+let library: Promise<typeof import('@simplewebauthn/server')> | undefined
+const simpleWebAuthn = () => (library ??= import('@simplewebauthn/server'))
 
 /**
  * The relying party's side of the two WebAuthn ceremonies (API.md, Passkeys), with
@@ -114,7 +114,8 @@ export class RelyingParty {
   constructor(readonly config: RelyingPartyConfig) {}
 
   /** Registration: a resident key with user verification, no attestation, the account's own credentials excluded. */
-  creationOptions(user: { id: string; email: string }, existing: StoredPasskey[], challenge: string): Promise<CreationOptions> {
+  async creationOptions(user: { id: string; email: string }, existing: StoredPasskey[], challenge: string): Promise<CreationOptions> {
+    const { generateRegistrationOptions } = await simpleWebAuthn()
     return generateRegistrationOptions({
       rpName: this.config.name,
       rpID: this.config.id,
@@ -133,7 +134,8 @@ export class RelyingParty {
   }
 
   /** Authentication: empty `allow` for a discoverable login, the account's passkeys for a second factor. */
-  requestOptions(allow: StoredPasskey[], challenge: string): Promise<RequestOptions> {
+  async requestOptions(allow: StoredPasskey[], challenge: string): Promise<RequestOptions> {
+    const { generateAuthenticationOptions } = await simpleWebAuthn()
     return generateAuthenticationOptions({
       rpID: this.config.id,
       // Bytes: a string would be taken as UTF-8 text and encoded again.
@@ -145,6 +147,7 @@ export class RelyingParty {
   }
 
   async verifyRegistration(credential: RegistrationCredential, challenge: string): Promise<NewPasskey> {
+    const { verifyRegistrationResponse } = await simpleWebAuthn()
     let result: Awaited<ReturnType<typeof verifyRegistrationResponse>>
     try {
       result = await verifyRegistrationResponse({
@@ -176,6 +179,7 @@ export class RelyingParty {
    * rule is the caller's (the library is given 0, so it never refuses on the counter alone).
    */
   async verifyAssertion(credential: AssertionCredential, challenge: string, stored: StoredPasskey): Promise<Assertion> {
+    const { verifyAuthenticationResponse } = await simpleWebAuthn()
     let result: Awaited<ReturnType<typeof verifyAuthenticationResponse>>
     try {
       result = await verifyAuthenticationResponse({

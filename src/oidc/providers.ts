@@ -1,7 +1,11 @@
 import { createRemoteJWKSet, type JWTVerifyGetKey } from 'jose'
-import * as oidc from 'openid-client'
+import type { Configuration } from 'openid-client'
 import type { OidcProviderConfig } from '../config.ts'
 import type { Logger } from '../logger.ts'
+
+/** openid-client, loaded when a provider is configured rather than at every start. */
+let library: Promise<typeof import('openid-client')> | undefined
+export const openidClient = () => (library ??= import('openid-client'))
 
 /** How often discovery is tried again for a provider that was down (API.md). */
 export const DISCOVERY_RETRY_MS = 60_000
@@ -11,7 +15,7 @@ const DISCOVERY_TIMEOUT_SECONDS = 5
 /** A configured provider, and what discovery found (null while it has not answered). */
 export interface Provider {
   config: OidcProviderConfig
-  client: oidc.Configuration | null
+  client: Configuration | null
   /** The provider's signing keys (its jwks_uri), fetched and cached by jose. */
   jwks: JWTVerifyGetKey | null
 }
@@ -58,6 +62,7 @@ export class OidcProviders {
     const { config } = provider
     const issuer = new URL(config.issuer)
     try {
+      const oidc = await openidClient()
       const client = await oidc.discovery(
         issuer,
         config.clientId,

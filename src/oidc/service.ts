@@ -1,6 +1,5 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto'
 import { jwtVerify } from 'jose'
-import * as oidc from 'openid-client'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
 import type { KeySealer } from '../auth/key-encryption.ts'
 import { NO_PASSWORD } from '../auth/passwords.ts'
@@ -13,7 +12,7 @@ import { users, type UserRow } from '../db/repositories.ts'
 import { AppError } from '../errors.ts'
 import type { Logger } from '../logger.ts'
 import { isUuid } from '../text.ts'
-import type { OidcProviders, Provider } from './providers.ts'
+import { openidClient, type OidcProviders, type Provider } from './providers.ts'
 import { flows, identities, loginCodes, type FlowRow, type IdentityRow } from './store.ts'
 
 /** A flow's life between start and callback (API.md). */
@@ -144,6 +143,7 @@ export class OidcService {
     const target = this.allowedRedirect(redirectTo)
     const cookie = browser && /^[A-Za-z0-9_-]{43}$/.test(browser) ? browser : randomBytes(32).toString('base64url')
     if (!provider.client) return { location: withParams(target, { error: 'provider_unavailable' }), browser: cookie }
+    const oidc = await openidClient()
     const state = oidc.randomState()
     const nonce = oidc.randomNonce()
     const verifier = oidc.randomPKCECodeVerifier()
@@ -217,6 +217,7 @@ export class OidcService {
     if (!query.code) throw new CallbackRefused('invalid_request', 'no code in the callback')
     const client = provider.client
     if (!client || !provider.jwks) throw new CallbackRefused('provider_unavailable')
+    const oidc = await openidClient()
     const verifier = this.deps.sealer.open(flow.code_verifier, `oidc_flow:${flow.state_hash}`)
     const current = new URL(`${this.callbackUrl(provider.config.name)}?${rawQuery}`)
     let idToken: string
