@@ -337,8 +337,9 @@ describe('shutdown with clients that have gone', () => {
       const sessionsBefore = (await t.app.services.db.kysely.selectFrom('sessions').select('id').where('user_id', '=', user.userId).execute()).length
       await t.app.listen({ port: 0, host: '127.0.0.1' })
       const { port } = t.app.server.address() as { port: number }
-      // Logins queue behind one hashing slot; every client hangs up before its answer.
-      const clients = Array.from({ length: 4 }, () => new AbortController())
+      // Logins queue behind one hashing slot; every client hangs up before its answer. Eight of
+      // them, so a queue forms even when a loaded machine spaces their arrivals out.
+      const clients = Array.from({ length: 8 }, () => new AbortController())
       const sent = clients.map((client) =>
         fetch(`http://127.0.0.1:${port}${t.base}/auth/login`, {
           method: 'POST',
@@ -347,7 +348,7 @@ describe('shutdown with clients that have gone', () => {
           signal: client.signal,
         }).catch(() => null),
       )
-      await within(2000, async () => t.app.services.hasher.waiting() >= 2)
+      await within(5000, async () => t.app.services.hasher.waiting() >= 2)
       for (const client of clients) client.abort()
       await Promise.all(sent)
       assert.ok(t.app.services.hasher.waiting() >= 1, 'logins still queued when the close begins')
