@@ -224,6 +224,27 @@ for (const engine of ENGINES) {
       assert.ok(refusedEvents.some((e) => e.reason === 'test: unknown_flow'))
     })
 
+    test('races and purposes: one callback or one login code sent twice at once works once; a login code is no mfa_token and an mfa_token no login code', async () => {
+      const who = account()
+      provider.addAccount(who)
+      const flow = await start()
+      const returned = await provider.signIn(flow.location, who.sub)
+      const callbacks = await Promise.all([0, 1].map(() => callback(returned, flow.browser)))
+      assert.deepEqual(callbacks.map((r) => r.statusCode).sort(), [302, 400])
+      const loginCode = new URL(String(callbacks.find((r) => r.statusCode === 302)!.headers.location)).searchParams.get('code')!
+      const exchanges = await Promise.all([0, 1].map(() => exchange(loginCode)))
+      assert.deepEqual(exchanges.map((r) => r.statusCode).sort(), [200, 401], exchanges.map((r) => r.body).join(' / '))
+
+      const another = (await signIn(who)).searchParams.get('code')!
+      assert.equal(code(await t.post('/auth/mfa/verify', { mfa_token: another, method: 'totp', code: '123456' })), 'INVALID_MFA_TOKEN')
+      assert.equal((await exchange(another)).statusCode, 200, 'the refused use did not spend it')
+      const local = await registerVerifyLogin(t, uniqueEmail('purpose'))
+      const enrolment = (await t.post('/auth/mfa/totp', {}, local.access_token)).json().data
+      assert.equal((await t.post(`/auth/mfa/totp/${enrolment.factor_id}/confirm`, { code: oathtool(enrolment.secret, t.clock.now()) }, local.access_token)).statusCode, 200)
+      const mfaToken = (await t.post('/auth/login', { email: local.email, password: PASSWORD })).json().error.mfa.mfa_token as string
+      assert.equal(code(await exchange(mfaToken)), 'INVALID_CREDENTIALS')
+    })
+
     test('ID tokens that fail a check are provider_error: wrong nonce, audience or issuer, a key not in the JWKS (openid-client does not check it; Portcullis does), alg none; a denial is access_denied', async () => {
       try {
         for (const mode of [{ nonce: 'another-nonce' }, { aud: 'someone-else' }, { iss: 'https://evil.example.net' }, { foreignKey: true as const }, { alg: 'none' as const }]) {

@@ -165,6 +165,31 @@ for (const engine of ENGINES) {
       assert.equal((await passkeyLogin(user.device)).statusCode, 200, 'the real authenticator, moving on, still works')
     })
 
+    test('races and expiry: one assertion sent twice at once signs in once, as a login and as a second step; a challenge is dead after five minutes', async () => {
+      const user = await withPasskey()
+      const { challenge_id, options } = await loginOptions()
+      const credential = user.device.authenticate(options, { origin: ORIGIN })
+      const both = await Promise.all([0, 1].map(() => json('/auth/passkeys/login', { challenge_id, credential })))
+      assert.deepEqual(both.map((r) => r.statusCode).sort(), [200, 401], both.map((r) => r.body).join(' / '))
+
+      const mfaToken = (await json('/auth/login', { email: user.email, password: PASSWORD })).json().error.mfa.mfa_token as string
+      const second = (await json('/auth/mfa/passkey/options', { mfa_token: mfaToken })).json().data.options as RequestOptionsJSON
+      const assertion = user.device.authenticate(second, { origin: ORIGIN })
+      const verifies = await Promise.all([0, 1].map(() => json('/auth/mfa/verify', { mfa_token: mfaToken, method: 'passkey', credential: assertion })))
+      assert.deepEqual(verifies.map((r) => r.statusCode).sort(), [200, 401], verifies.map((r) => r.body).join(' / '))
+      assert.ok(verifies.some((r) => code(r) === 'INVALID_MFA_TOKEN' || code(r) === 'INVALID_MFA_CODE'))
+
+      // Options made five minutes and a second ago: the challenge is dead, for login and registration alike.
+      const stale = await loginOptions()
+      const staleRegistration = await registrationOptions(user.access_token)
+      t.clock.advance(301)
+      assert.equal(code(await json('/auth/passkeys/login', { challenge_id: stale.challenge_id, credential: user.device.authenticate(stale.options, { origin: ORIGIN }) })), 'INVALID_CREDENTIALS')
+      const fresh = await registerVerifyLogin(t, uniqueEmail('stale'))
+      const late = await t.post('/auth/passkeys/register', { credential: new SoftAuthenticator().register(staleRegistration, { origin: ORIGIN }) }, fresh.access_token)
+      assert.equal(code(late), 'VALIDATION_ERROR')
+      assert.equal((await passkeyLogin(user.device)).statusCode, 200, 'a fresh challenge still works')
+    })
+
     test('synced passkeys that always report 0 are fine; a disabled account gets ACCOUNT_DISABLED only after a good signature', async () => {
       const user = await withPasskey()
       for (let i = 0; i < 2; i++) assert.equal((await passkeyLogin(user.device, { counter: 0 })).statusCode, 200)

@@ -10,6 +10,9 @@ import { createStorage, ENGINES, type TestStorage } from '../helpers/db.ts'
 import { freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, within, type TestApp } from '../helpers/app.ts'
 import { MailCatcher, mailText, tokenFromMail } from '../helpers/mail.ts'
 import { oathtool } from '../helpers/totp.ts'
+import { Writable } from 'node:stream'
+import { startTestProvider } from '../helpers/oidc-provider.ts'
+import { SoftAuthenticator, type CreationOptionsJSON, type RequestOptionsJSON } from '../helpers/webauthn.ts'
 
 /** Every value of every column of every table, as text, table by table. */
 async function everyValue(t: TestApp): Promise<Map<string, string>> {
@@ -172,6 +175,63 @@ for (const engine of ENGINES) {
         }
       } finally {
         await t.close()
+      }
+    })
+
+    test('a provider sign-in and passkey ceremonies leave no state, flow cookie, login code or passkey challenge in the clear, in any column or any log line', async () => {
+      const lines: string[] = []
+      const log = new Writable({ write(chunk: Buffer, _encoding, done) { lines.push(chunk.toString('utf8')); done() } })
+      const publicUrl = 'http://localhost:4000'
+      const provider = await startTestProvider({ redirectUris: [`${publicUrl}/api/v1/auth/oidc/test/callback`] })
+      const t = await startTestApp(engine, {
+        env: { LOG_LEVEL: 'debug', PUBLIC_URL: publicUrl, OIDC_PROVIDERS: 'test', OIDC_TEST_ISSUER: provider.issuer, OIDC_TEST_CLIENT_ID: provider.clientId, OIDC_TEST_CLIENT_SECRET: provider.clientSecret },
+        overrides: { logStream: log },
+      })
+      const secrets: { what: string; value: string }[] = []
+      try {
+        // A provider sign-in to the end, and one whose ID token fails (its refusal is logged).
+        const who = { sub: 'at-rest', email: uniqueEmail('at-rest-oidc'), email_verified: true }
+        provider.addAccount(who)
+        const signIn = async () => {
+          const start = await t.app.inject({ method: 'GET', url: `/api/v1/auth/oidc/test/start?redirect_to=${encodeURIComponent(`${publicUrl}/back`)}` })
+          const cookie = /portcullis_oidc=([^;]+)/.exec(String(start.headers['set-cookie']))![1]!
+          const authorization = new URL(String(start.headers.location))
+          const back = new URL(await provider.signIn(authorization.href, who.sub))
+          secrets.push({ what: 'state', value: authorization.searchParams.get('state')! }, { what: 'flow cookie', value: cookie }, { what: 'provider code', value: back.searchParams.get('code')! })
+          const done = await t.app.inject({ method: 'GET', url: `${back.pathname}${back.search}`, headers: { cookie: `portcullis_oidc=${cookie}` } })
+          return new URL(String(done.headers.location))
+        }
+        const loginCode = (await signIn()).searchParams.get('code')!
+        secrets.push({ what: 'login code', value: loginCode })
+        const session = (await t.post('/auth/oidc/exchange', { code: loginCode })).json().data
+        secrets.push({ what: 'access token', value: session.access_token }, { what: 'refresh token', value: session.refresh_token })
+        provider.tamper({ nonce: 'not-the-nonce' })
+        assert.equal((await signIn()).searchParams.get('error'), 'provider_error')
+        provider.tamper(null)
+
+        // A passkey: registration and a passwordless login, each challenge recorded.
+        const device = new SoftAuthenticator()
+        const creation = (await t.post('/auth/passkeys/register/options', undefined, session.access_token)).json().data.options as CreationOptionsJSON
+        assert.equal((await t.post('/auth/passkeys/register', { credential: device.register(creation, { origin: publicUrl }) }, session.access_token)).statusCode, 201)
+        const started = (await t.post('/auth/passkeys/login/options')).json().data as { challenge_id: string; options: RequestOptionsJSON }
+        assert.equal((await t.post('/auth/passkeys/login', { challenge_id: started.challenge_id, credential: device.authenticate(started.options, { origin: publicUrl }) })).statusCode, 200)
+        secrets.push({ what: 'registration challenge', value: creation.challenge }, { what: 'login challenge', value: started.options.challenge })
+        await t.app.services.background.drain()
+
+        if (engine === 'sqlite') {
+          const raw = await snapshot(t.storage)
+          assert.ok(raw.includes(who.email), 'the raw scan reads the data')
+          for (const secret of secrets) assert.ok(!raw.includes(secret.value), `${secret.what} in the clear in the SQLite file or its WAL`)
+        }
+        const dump = await everyValue(t)
+        assert.ok(dump.has('oidc_flows') && dump.has('oidc_login_codes') && dump.has('user_identities') && dump.has('webauthn_challenges'))
+        for (const [table, text] of dump) for (const secret of secrets) assert.ok(!text.includes(secret.value), `${secret.what} in the clear in ${table}`)
+        const logged = lines.join('')
+        assert.match(logged, /identity provider sign-in refused/, 'the log was captured, the refusal included')
+        for (const secret of secrets) assert.ok(!logged.includes(secret.value), `${secret.what} in a log line`)
+      } finally {
+        await t.close()
+        await provider.close()
       }
     })
   })
