@@ -2,7 +2,8 @@ import assert from 'node:assert/strict'
 import { after, before, describe, test } from 'node:test'
 import { decodeJwt } from 'jose'
 import type { Browser } from 'playwright-core'
-import { launchBrowser, serveClientApp } from '../helpers/browser.ts'
+import path from 'node:path'
+import { launchBrowser, screenshotDir, seriousViolations, serveClientApp } from '../helpers/browser.ts'
 import { ENGINES } from '../helpers/db.ts'
 import { freePort, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.ts'
@@ -53,7 +54,7 @@ describe('sign-in with an identity provider in Chromium', () => {
         await provider?.close()
       })
 
-      test('Continue with the provider: its login page, back to the app with a code, exchanged for a cookie-mode session', async () => {
+      test('Continue with the provider: its login page, back to the app with a code, exchanged for a cookie-mode session; another browser gets the refusal page', async (testContext) => {
         const email = uniqueEmail('browser-oidc')
         provider.addAccount({ sub: `browser-${engine}`, email, email_verified: true, name: 'Browser User' })
         const context = await browser.newContext()
@@ -85,6 +86,22 @@ describe('sign-in with an identity provider in Chromium', () => {
           // The flow cookie stayed on the service's OIDC path, HttpOnly and Lax.
           const flow = cookies.find((cookie) => cookie.name === 'portcullis_oidc')
           assert.deepEqual([flow?.path, flow?.httpOnly, flow?.sameSite], ['/api/v1/auth/oidc', true, 'Lax'])
+
+          // The same return in a browser that did not start the flow: the refusal page, nowhere to go.
+          const stranger = await browser.newContext()
+          try {
+            const other = await stranger.newPage()
+            const refused = await other.goto(`${apiOrigin}/api/v1/auth/oidc/test/callback?state=${'x'.repeat(43)}&code=y`)
+            assert.equal(refused?.status(), 400)
+            assert.equal(new URL(other.url()).origin, apiOrigin, 'no redirect')
+            assert.equal(await other.textContent('h1'), 'This sign-in cannot continue')
+            assert.deepEqual(await seriousViolations(other), [])
+            const shot = path.join(screenshotDir('oidc'), `${engine}-sign-in-cannot-continue.png`)
+            await other.screenshot({ path: shot, fullPage: true })
+            testContext.diagnostic(`screenshot: ${shot}`)
+          } finally {
+            await stranger.close()
+          }
         } finally {
           await context.close()
         }
