@@ -111,9 +111,11 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     )
   })
 
+  // Cookies are Secure in production and whenever the service is reached over https.
+  const secureCookies = config.production || config.publicUrl.startsWith('https://')
   const cookies = new CookieTransport({
     basePath: config.basePath,
-    secure: config.production || config.publicUrl.startsWith('https://'),
+    secure: secureCookies,
     allowedOrigins: [new URL(config.publicUrl).origin, ...config.corsOrigins],
     sessionIsLive: (token) => services.auth.refreshTokenIsLive(token),
   })
@@ -134,7 +136,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   // The sensitive actions need a recent second factor when the account has one (src/mfa/).
   const recent = recentSecondFactor(mfa)
   const brand = { appName: config.appName, appUrl: config.appUrl }
-  const oidcRoutes = { basePath: config.basePath, secure: config.production || config.publicUrl.startsWith('https://'), brand }
+  const oidcRoutes = { basePath: config.basePath, secure: secureCookies, brand }
   await app.register(opsRoutes, { db, keys, metrics, readiness })
   // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
   await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand, ownOrigin: new URL(config.publicUrl).origin })

@@ -241,6 +241,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
   if (env.APP_NAME.trim() === '') throw new ConfigError('APP_NAME', describe('APP_NAME', EnvSchema.properties.APP_NAME))
 
   const publicUrl = (env.PUBLIC_URL ?? `${tls ? 'https' : 'http'}://localhost:${env.PORT}`).replace(/\/+$/, '')
+  const corsOrigins = parseOrigins(env.CORS_ORIGINS)
 
   if (production) {
     // HTTPS is mandatory in production: either we terminate TLS or a trusted proxy does.
@@ -268,7 +269,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     publicUrl,
     tls,
     trustProxy,
-    corsOrigins: parseOrigins(env.CORS_ORIGINS),
+    corsOrigins,
     verifyEmailUrl: env.VERIFY_EMAIL_URL ?? `${publicUrl}/verify-email?token={token}`,
     resetPasswordUrl: env.RESET_PASSWORD_URL ?? `${publicUrl}/reset-password?token={token}`,
     /** Names the product on the pages and in mail. */
@@ -289,10 +290,10 @@ export function loadConfig(source: Record<string, string | undefined> = process.
       providers: oidcProviders(source, env.OIDC_PROVIDERS, production),
       redirectOrigins: env.OIDC_REDIRECT_ORIGINS
         ? parseOrigins(env.OIDC_REDIRECT_ORIGINS, 'OIDC_REDIRECT_ORIGINS')
-        : [...new Set([...(env.APP_URL ? [new URL(env.APP_URL).origin] : []), new URL(publicUrl).origin, ...parseOrigins(env.CORS_ORIGINS)])],
+        : [...new Set([...(env.APP_URL ? [new URL(env.APP_URL).origin] : []), new URL(publicUrl).origin, ...corsOrigins])],
     },
     /** The passkey relying party: RP ID, its name, the origins ceremonies may come from. */
-    webauthn: relyingParty(env, publicUrl, parseOrigins(env.CORS_ORIGINS), env.APP_NAME.trim()),
+    webauthn: relyingParty(env, publicUrl, corsOrigins, env.APP_NAME.trim()),
     /** What is deleted, and how often: ended sessions, spent tokens, mail records, old audit events (src/retention.ts). */
     retention: { intervalMs: env.RETENTION_INTERVAL_SECONDS * 1000, auditDays: env.AUDIT_RETENTION_DAYS },
     /** After SIGTERM: how long /readyz says 503 while everything else is still served (5 s in production). */

@@ -51,6 +51,22 @@ export interface SecondFactorSeam {
   challenge(userId: string, methods: string[], first: SignIn, transport: 'body' | 'cookie', context: RequestContext): Promise<AppError>
 }
 
+/** A new, active account. */
+function newUser(input: { email: string; fullName: string; passwordHash: string; verifiedAt: number | null }, now: number): UserRow {
+  return {
+    id: randomUUID(),
+    email: input.email,
+    full_name: input.fullName,
+    password_hash: input.passwordHash,
+    email_verified_at: input.verifiedAt,
+    status: 'active',
+    disabled_reason: null,
+    created_at: now,
+    updated_at: now,
+    last_login_at: null,
+  }
+}
+
 export class AuthService {
   constructor(private readonly deps: AuthServiceDeps) {}
 
@@ -73,18 +89,7 @@ export class AuthService {
     if (await users.findByEmail(this.db, email)) throw new AppError('EMAIL_EXISTS')
 
     const now = this.deps.clock.now()
-    const row: UserRow = {
-      id: randomUUID(),
-      email,
-      full_name: fullName.value,
-      password_hash: await this.deps.hasher.hash(input.password),
-      email_verified_at: null,
-      status: 'active',
-      disabled_reason: null,
-      created_at: now,
-      updated_at: now,
-      last_login_at: null,
-    }
+    const row = newUser({ email, fullName: fullName.value, passwordHash: await this.deps.hasher.hash(input.password), verifiedAt: null }, now)
     try {
       await this.db.transaction().execute(async (trx) => {
         await users.insert(trx, row)
@@ -162,19 +167,9 @@ export class AuthService {
     if (emailProblem(email)) throw new AppError('VALIDATION_ERROR', { details: [{ field: 'email', message: emailProblem(email)! }] })
     const fullName = normaliseFullName(input.fullName)
     const now = this.deps.clock.now()
-    const row: UserRow = {
-      id: randomUUID(),
-      email,
-      // A name the provider did not give (or one this service would refuse) becomes the address's local part.
-      full_name: fullName.problem || !fullName.value ? email.slice(0, email.indexOf('@')) : fullName.value,
-      password_hash: NO_PASSWORD,
-      email_verified_at: now,
-      status: 'active',
-      disabled_reason: null,
-      created_at: now,
-      updated_at: now,
-      last_login_at: null,
-    }
+    // A name the provider did not give (or one this service would refuse) becomes the address's local part.
+    const name = fullName.problem || !fullName.value ? email.slice(0, email.indexOf('@')) : fullName.value
+    const row = newUser({ email, fullName: name, passwordHash: NO_PASSWORD, verifiedAt: now }, now)
     try {
       await this.db.transaction().execute(async (trx) => {
         await users.insert(trx, row)
@@ -221,7 +216,7 @@ export class AuthService {
     if (!secondFactor) await this.deps.limits.loginSucceeded(email)
     // Only the owner of the password learns the account's state.
     try {
-      this.assertUsable(user)
+      this.deps.sessions.assertMayOpen(user)
     } catch (error) {
       const reason = (error as AppError).code === 'ACCOUNT_DISABLED' ? 'account_disabled' : 'email_not_verified'
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason, context })
@@ -235,9 +230,6 @@ export class AuthService {
     return this.deps.sessions.open(user.id, PASSWORD_ONLY, context)
   }
 
-  private assertUsable(user: Pick<UserRow, 'status' | 'email_verified_at'>): void {
-    this.deps.sessions.assertMayOpen(user)
-  }
 
   /** Rehash-on-login: raising the argon2 parameters upgrades each account at its next login. */
   private async upgradeHash(user: UserRow, password: string): Promise<void> {
@@ -267,7 +259,7 @@ export class AuthService {
     if (!state || state.user_id !== sub || state.revoked_at !== null || state.expires_at <= now) {
       throw new AppError('INVALID_REFRESH_TOKEN')
     }
-    this.assertUsable(state)
+    this.deps.sessions.assertMayOpen(state)
     await this.deps.commits.run(async (trx) => {
       await sessions.touch(trx, sid, now)
       await recordEvent(trx, this.deps.clock, { type: 'token.refreshed', userId: sub, context })
@@ -291,12 +283,12 @@ export class AuthService {
     if (result.status === 'expired') {
       const state = await sessions.findAuthState(this.db, sid)
       if (!state || state.user_id !== sub || state.revoked_at !== null) throw new AppError('INVALID_TOKEN')
-      this.assertUsable(state)
+      this.deps.sessions.assertMayOpen(state)
       throw new AppError('TOKEN_EXPIRED')
     }
     const state = await this.deps.gate.check(sid, sub)
     if (!state) throw new AppError('INVALID_TOKEN')
-    this.assertUsable(state)
+    this.deps.sessions.assertMayOpen(state)
     return { userId: sub, sessionId: sid }
   }
 

@@ -3,8 +3,7 @@ import { jwtVerify } from 'jose'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
 import type { KeySealer } from '../auth/key-encryption.ts'
 import { NO_PASSWORD } from '../auth/passwords.ts'
-import type { AuthService, SecondFactorSeam } from '../auth/service.ts'
-import type { Principal } from '../auth/service.ts'
+import type { AuthService, Principal, SecondFactorSeam } from '../auth/service.ts'
 import type { LoginBody, SessionOpener, SignIn } from '../auth/sessions.ts'
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
@@ -328,11 +327,12 @@ export class OidcService {
 
   /** Unlinks, unless it would leave the account with no password, passkey or other identity. */
   async unlink(principal: Principal, id: string, context: RequestContext) {
-    const own = isUuid(id) ? (await identities.listOf(this.db, principal.userId)).find((row) => row.id === id) : undefined
+    const linked = isUuid(id) ? await identities.listOf(this.db, principal.userId) : []
+    const own = linked.find((row) => row.id === id)
     if (!own) throw new AppError('NOT_FOUND')
     const user = await users.findById(this.db, principal.userId)
     if (!user) throw new AppError('INVALID_TOKEN')
-    const others = (await identities.listOf(this.db, user.id)).length - 1
+    const others = linked.length - 1
     if (user.password_hash === NO_PASSWORD && others === 0 && !(await this.deps.hasPasskey(user.id))) throw new AppError('LAST_SIGN_IN_METHOD')
     await this.db.transaction().execute(async (trx) => {
       if (!(await identities.delete(trx, user.id, own.id))) throw new AppError('NOT_FOUND')
