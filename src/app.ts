@@ -33,6 +33,16 @@ const DEFAULT_BODY_LIMIT = 64 * 1024
 /** How long shutdown waits for handlers whose client has gone (a queued hash waits at most HASH_WAIT_SECONDS, 5 s by default). */
 const HANDLER_DEADLINE_MS = 10_000
 const REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/
+const KEEP_ALIVE_TIMEOUT_MS = 72_000
+
+/**
+ * Node's own settings for the request timeout: headers are held to the same limit as the whole
+ * request, and the connections are checked every second rather than Node's default 30 s, so a
+ * slow request is cut within a second of its limit, not up to 30 s after it.
+ */
+function slowClientLimits(requestTimeoutMs: number) {
+  return { requestTimeout: requestTimeoutMs, headersTimeout: requestTimeoutMs, connectionsCheckingInterval: Math.min(1000, requestTimeoutMs / 2) }
+}
 
 /** Builds the whole service in-process: no listening and no process.* here (see server.ts). */
 export async function buildApp(config: Config, overrides: AppOverrides = {}): Promise<FastifyInstance> {
@@ -67,11 +77,20 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     requestIdHeader: false,
     trustProxy: config.trustProxy ?? false,
     bodyLimit: DEFAULT_BODY_LIMIT,
+    // Slow clients (API.md, Abuse limits): a request trickled a byte at a time would hold a
+    // connection and its parser for as long as the sender likes, so one whose headers and body have
+    // not all arrived within REQUEST_TIMEOUT_SECONDS is cut. Node reports it as a clientError
+    // (ERR_HTTP_REQUEST_TIMEOUT), which answerClientError turns into the 408 envelope. The time
+    // spent in a handler does not count: the clock stops once the request has fully arrived.
+    requestTimeout: config.requestTimeoutMs,
+    // Longer than the idle timeouts of the usual load balancers (60 s), so they, not we, close an
+    // idle pooled connection, and never just as they send a request down it.
+    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+    ...(config.tls ? { https: { ...config.tls, ...slowClientLimits(config.requestTimeoutMs) } } : { http: slowClientLimits(config.requestTimeoutMs) }),
     // Fastify's own 503 while closing is not in the envelope; the onRequest hook below answers instead.
     return503OnClosing: false,
     // Route schemas compile on first use, not all at start-up (src/http/serialization.ts, validation.ts).
     schemaController: lazySerializers(),
-    ...(config.tls ? { https: config.tls } : {}),
   })
 
   const { services, stop } = await startServices(config, overrides, app.log)
@@ -154,7 +173,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
         await protectedAuthRoutes(scope, auth)
         await protectedLifecycleRoutes(scope, lifecycle, hasher, cookies, recent)
         await dataRightsRoutes(scope, dataRights, limits, hasher, cookies, recent)
-        await protectedMfaRoutes(scope, mfa, recent)
+        await protectedMfaRoutes(scope, mfa, limits, recent)
         await protectedOidcRoutes(scope, oidc, recent, oidcRoutes)
         await watchlistRoutes(scope, watchlists)
       })

@@ -10,6 +10,7 @@ import { migrate, openDatabase, type Db } from './db/index.ts'
 import { signingKeys } from './db/repositories.ts'
 import { rewrapWaitingMail } from './mail/queue.ts'
 import { resetSecondFactors, rewrapTotpSecrets } from './mfa/service.ts'
+import { accountSignOut } from './services.ts'
 
 /** A wrong command line: exit 2 with the usage of what was meant. */
 class UsageError extends Error {
@@ -89,7 +90,11 @@ async function apiKeysOf(config: Config, db: Db, context: Context): Promise<ApiK
 
 /** The database the server uses, with the account operations on it. */
 function accounts(context: Context, run: (service: AccountService) => Promise<number>): Promise<number> {
-  return withDatabase(loadConfig(context.env), (db) => run(new AccountService(db, context.clock)))
+  return withDatabase(loadConfig(context.env), (db) => run(accountServiceOn(db, context.clock)))
+}
+
+function accountServiceOn(db: Db, clock: Clock): AccountService {
+  return new AccountService(db, clock, accountSignOut())
 }
 
 const commands: Command[] = [
@@ -172,7 +177,7 @@ const commands: Command[] = [
       const config = loadConfig(context.env)
       return withDatabase(config, async (db) => {
         const sealer = await sealerFor(config, db, context.io)
-        const service = new AccountService(db, context.clock)
+        const service = accountServiceOn(db, context.clock)
         const reset = (trx: Db['kysely'], user: { id: string; email: string }) => resetSecondFactors(trx, user, { sealer, brand: { appName: config.appName }, now: context.clock.now() })
         const done = await service.resetMfa(context.positionals[0]!, reset)
         context.io.out(`${done.email}: ${done.factors} second factor(s) removed, ${done.revoked} session(s) revoked`)

@@ -54,6 +54,7 @@ const EnvSchema = Type.Object({
   KEY_ENCRYPTION_KEY: Type.Optional(Type.String({ minLength: 1 })),
   OLD_KEY_ENCRYPTION_KEY: Type.Optional(Type.String({ minLength: 1 })),
   SHUTDOWN_DRAIN_SECONDS: Type.Optional(Type.Integer({ minimum: 0, maximum: 60 })),
+  REQUEST_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, maximum: 600, default: 30 }),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' },
@@ -298,6 +299,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     retention: { intervalMs: env.RETENTION_INTERVAL_SECONDS * 1000, auditDays: env.AUDIT_RETENTION_DAYS },
     /** After SIGTERM: how long /readyz says 503 while everything else is still served (5 s in production). */
     shutdownDrainMs: (env.SHUTDOWN_DRAIN_SECONDS ?? (production ? 5 : 1)) * 1000,
+    /** A request whose headers and body have not all arrived by then is answered 408 and its connection closed (slow clients). */
+    requestTimeoutMs: env.REQUEST_TIMEOUT_SECONDS * 1000,
     limits: {
       loginPerIpPerMinute: env.RATE_LIMIT_LOGIN_PER_IP,
       loginFreeFailures: env.LOGIN_FREE_FAILURES,

@@ -12,11 +12,12 @@ import { AdminService } from './admin/service.ts'
 import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
 import { SessionGate } from './auth/revocation.ts'
 import { SessionOpener } from './auth/sessions.ts'
+import { AccountSignOut } from './auth/sign-out.ts'
 import { SecretHasher } from './mfa/codes.ts'
-import { MfaService } from './mfa/service.ts'
+import { endPendingMfaProofs, MfaService } from './mfa/service.ts'
 import { RelyingParty } from './mfa/webauthn.ts'
 import { OidcProviders } from './oidc/providers.ts'
-import { OidcService } from './oidc/service.ts'
+import { endPendingOidcProofs, OidcService } from './oidc/service.ts'
 import { AuthService } from './auth/service.ts'
 import { REFRESH_TTL_SECONDS, TokenService } from './auth/tokens.ts'
 import { Background } from './background.ts'
@@ -36,6 +37,14 @@ import { DEFAULT_MAIL_QUEUE, MailQueue, type MailQueueOptions } from './mail/que
 import { CursorCodec } from './cursor.ts'
 import { Retention } from './retention.ts'
 import { WatchlistService } from './watchlists/service.ts'
+
+/**
+ * What ends with all of an account's sessions, besides them: the sign-ins under way and the proofs
+ * pending in the second-factor and identity-provider modules (src/auth/sign-out.ts). The CLI uses it too.
+ */
+export function accountSignOut(): AccountSignOut {
+  return new AccountSignOut([endPendingMfaProofs, endPendingOidcProofs])
+}
 
 /** Everything a test (or another embedding) may replace. */
 export interface AppOverrides {
@@ -111,7 +120,10 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
   started.push(() => retention.stop())
   const commits = new GroupCommit(db)
   started.push(() => commits.flush())
-  const feed = new ChangeFeed(db, logger, { clock, ...overrides.feed })
+  // A gap in the feed empties the caches it keeps current (src/changes/feed.ts): an operator alerts on this.
+  const feedGaps = metrics.counter({ name: 'portcullis_change_feed_gaps_total', help: 'Times this instance went longer than the change feed window without a good read, and so dropped its cached sessions, account states and API keys.' })
+  const feed = new ChangeFeed(db, logger, { clock, ...overrides.feed, onGap: () => feedGaps.inc() })
+  metrics.gauge({ name: 'portcullis_change_feed_read_age_seconds', help: 'Seconds since this instance last read the change feed successfully (normally under a second).', read: () => feed.readAgeMs() / 1000 })
   const gate = new SessionGate(db, feed, { clock })
   feed.start()
   started.push(() => feed.stop())
@@ -138,19 +150,19 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock, ...(overrides.tokenCacheSize ? { cacheSize: overrides.tokenCacheSize } : {}) })
   const brand = { appName: config.appName }
   const sessions = new SessionOpener({ tokens, clock, commits, requireEmailVerification: config.requireEmailVerification })
-  const mfa = new MfaService({
+  const mfa: MfaService = new MfaService({
     db, clock, sealer, sessions, tokens, limits, mailQueue, brand,
     hasher: new SecretHasher(await sealedSecret(db, sealer, 'mfa_hmac', clock.now())),
     stepUpMs: config.mfaStepUpMs,
     rp: new RelyingParty(config.webauthn),
+    // The identity module is built after this one (it needs the second-factor seam); asked only at run time.
+    hasIdentity: (trx, userId): Promise<boolean> => oidc.hasIdentity(trx, userId),
   })
   const auth = new AuthService({
     db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand, commits, sessions, secondFactor: mfa,
     requireEmailVerification: config.requireEmailVerification,
     verifyEmailUrl: config.verifyEmailUrl,
   })
-  const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, resetPasswordUrl: config.resetPasswordUrl })
-  const accounts = new AccountService(db, clock, (changes) => feed.applyLocally(changes))
   const cursors = new CursorCodec(await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now()))
   const watchlists = new WatchlistService(db, clock, cursors)
   const audit = new AuditLog(db)
@@ -159,10 +171,16 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     providers: infra.identityProviders,
     hmacKey: await sealedSecret(db, sealer, 'oidc_hmac', clock.now()),
     secondFactor: mfa,
-    hasPasskey: (userId) => mfa.hasPasskey(userId),
+    hasPasskey: (userId, trx) => mfa.hasPasskey(userId, trx),
+    mailQueue, brand,
     apiUrl: `${config.publicUrl}${config.basePath}`,
     redirectOrigins: config.oidc.redirectOrigins,
   })
+  // Every event that ends all of an account's sessions also ends the sign-ins under way and the
+  // proofs pending in these modules (src/auth/sign-out.ts).
+  const signOut = accountSignOut()
+  const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, signOut, resetPasswordUrl: config.resetPasswordUrl })
+  const accounts = new AccountService(db, clock, signOut, (changes) => feed.applyLocally(changes))
   const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc })
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc)

@@ -44,9 +44,8 @@ export class DataRights {
   async deleteOwn(principal: Principal, password: string, context: RequestContext): Promise<{ user_id: string; deleted: true }> {
     const user = await users.findById(this.deps.db.kysely, principal.userId)
     if (!user) throw new AppError('INVALID_TOKEN')
-    await this.deps.limits.assertLoginAllowed(user.email)
+    await this.deps.limits.claimLoginAttempt(user.email)
     if (!(await this.deps.hasher.verify(user.password_hash, password))) {
-      await this.deps.limits.loginFailed(user.email)
       await recordEvent(this.deps.db.kysely, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'account_delete', context })
       throw new AppError('INVALID_CREDENTIALS')
     }

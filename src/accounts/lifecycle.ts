@@ -9,6 +9,7 @@ import { passwordProblems, type PasswordHasher } from '../auth/passwords.ts'
 import { publishChanges, sessionRevocations, type ChangeFeed } from '../changes/feed.ts'
 import { hashOneTimeToken, issueOneTimeToken, RESET_TTL_MS } from '../auth/one-time-tokens.ts'
 import type { Principal } from '../auth/service.ts'
+import type { AccountSignOut } from '../auth/sign-out.ts'
 import type { TokenService } from '../auth/tokens.ts'
 import { passwordResetMail, type MailBrand } from '../mail/index.ts'
 import type { MailQueue } from '../mail/queue.ts'
@@ -27,6 +28,8 @@ export interface LifecycleDeps {
   limits: Limits
   resetPasswordUrl: string
   brand: MailBrand
+  /** Ends the sign-ins under way and the pending proofs wherever sessions all end. */
+  signOut: AccountSignOut
 }
 
 export interface SessionView {
@@ -48,6 +51,8 @@ export class LifecycleService {
   /**
    * Revokes sessions and publishes them to the revocation feed in one transaction, records the
    * event, and applies the change to this instance at once (others follow within the gate's bound).
+   * When every session of the account ends (all, or all but the caller's), so do the sign-ins under
+   * way and the pending proofs (src/auth/sign-out.ts).
    */
   private async revokeSessions(
     userId: string,
@@ -58,6 +63,7 @@ export class LifecycleService {
     const now = this.deps.clock.now()
     const revoked = await this.db.transaction().execute(async (trx) => {
       await alsoInTransaction?.(trx)
+      if (which.only === undefined) await this.deps.signOut.endAll(trx, userId)
       const ids = await sessions.revoke(trx, userId, now, which)
       await publishChanges(trx, sessionRevocations(userId, ids))
       await recordEvent(trx, this.deps.clock, { type: audit.type, userId, context: audit.context })
@@ -157,15 +163,27 @@ export class LifecycleService {
     })
   }
 
-  /** Needs the current password; keeps the caller's session and revokes every other one. */
+  /**
+   * Needs the current password, checked like a login (the same per-account delay, a wrong one an
+   * audited failed login), so a stolen access token is not a way to guess it. Keeps the caller's
+   * session, revokes every other one and ends the outstanding reset links.
+   */
   async changePassword(principal: Principal, currentPassword: string, newPassword: string, context: RequestContext): Promise<number> {
     const user = await users.findById(this.db, principal.userId)
     if (!user) throw new AppError('INVALID_TOKEN')
-    if (!(await this.deps.hasher.verify(user.password_hash, currentPassword))) throw new AppError('INVALID_CREDENTIALS')
+    await this.deps.limits.claimLoginAttempt(user.email)
+    if (!(await this.deps.hasher.verify(user.password_hash, currentPassword))) {
+      await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'change_password', context })
+      throw new AppError('INVALID_CREDENTIALS')
+    }
+    await this.deps.limits.loginSucceeded(user.email)
     throwIfProblems(passwordProblems(newPassword, user.email, 'new_password'))
     const hash = await this.deps.hasher.hash(newPassword)
     const revoked = await this.revokeSessions(principal.userId, { except: principal.sessionId }, { type: 'password.changed', context }, async (trx) => {
-      await users.setPasswordHash(trx, user.id, hash, this.deps.clock.now())
+      const now = this.deps.clock.now()
+      await users.setPasswordHash(trx, user.id, hash, now)
+      // A reset link mailed before the change would undo it.
+      await oneTimeTokens.retireAll(trx, user.id, 'reset_password', now)
     })
     return revoked.length
   }

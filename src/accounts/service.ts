@@ -6,6 +6,7 @@ import { publishChanges, sessionRevocations, type Change } from '../changes/feed
 import { CLI_CONTEXT, recordEvent, type AuditType, type RequestContext } from '../audit/events.ts'
 import { AuditLog } from '../audit/service.ts'
 import type { AuditEventRow } from '../audit/store.ts'
+import type { AccountSignOut } from '../auth/sign-out.ts'
 import { accountStore } from './store.ts'
 
 export type DisableReason = NonNullable<UserRow['disabled_reason']>
@@ -56,6 +57,8 @@ export class AccountService {
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
+    /** Ends the sign-ins under way and the pending proofs wherever sessions all end. */
+    private readonly signOut: AccountSignOut,
     private readonly onChange: (changes: Change[]) => void = () => {},
   ) {}
 
@@ -114,6 +117,8 @@ export class AccountService {
   async disable(who: UserRef, reason: DisableReason, context: RequestContext = CLI_CONTEXT): Promise<AccountSummary> {
     const { user } = await this.change(who, { type: 'account.disabled', reason, context }, async (trx, user) => {
       await users.setStatus(trx, user.id, 'disabled', reason, this.clock.now())
+      // Nothing under way finishes: a disable that is later lifted must not let it through.
+      await this.signOut.endAll(trx, user.id)
       return []
     })
     return this.summaryOf(user)
@@ -129,9 +134,10 @@ export class AccountService {
 
   /** Revokes every session of the account; returns how many were live. */
   async revokeSessions(who: UserRef, context: RequestContext = CLI_CONTEXT): Promise<number> {
-    const { changes } = await this.change(who, { type: 'sessions.revoked_by_operator', context }, async (trx, user) =>
-      sessionRevocations(user.id, await sessions.revoke(trx, user.id, this.clock.now())),
-    )
+    const { changes } = await this.change(who, { type: 'sessions.revoked_by_operator', context }, async (trx, user) => {
+      await this.signOut.endAll(trx, user.id)
+      return sessionRevocations(user.id, await sessions.revoke(trx, user.id, this.clock.now()))
+    })
     return changes.filter((change) => change.kind === 'session_revoked').length
   }
 
@@ -143,6 +149,7 @@ export class AccountService {
     let removed = 0
     const { user, changes } = await this.change(who, { type: 'mfa.reset', context }, async (trx, user) => {
       removed = await reset(trx, user)
+      await this.signOut.endAll(trx, user.id)
       return sessionRevocations(user.id, await sessions.revoke(trx, user.id, this.clock.now()))
     })
     return { email: user.email, factors: removed, revoked: changes.filter((change) => change.kind === 'session_revoked').length }
@@ -156,6 +163,7 @@ export class AccountService {
    */
   async remove(who: UserRef, context: RequestContext = CLI_CONTEXT): Promise<{ user_id: string; email: string }> {
     const { user } = await this.change(who, { type: 'account.deleted', context }, async (trx, user) => {
+      await this.signOut.endAll(trx, user.id)
       const live = await sessions.revoke(trx, user.id, this.clock.now())
       await watchlists.deleteAllOf(trx, user.id)
       await accountStore.deleteUserData(trx, user.id)

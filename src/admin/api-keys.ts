@@ -64,7 +64,10 @@ function summarise(row: ApiKeyRow): ApiKeySummary {
  * database cannot even test a candidate key.
  *
  * Verified keys are kept in memory; a revocation reaches every instance through the change feed,
- * like a session's, and takes effect within the same bound.
+ * like a session's, and takes effect within the same bound. Memory is trusted only while the feed
+ * vouches for it: after a gap longer than the feed's window the keys are forgotten, and until the
+ * feed reads again every key is read from the database (ChangeFeed.generation). Without a feed (the
+ * CLI) nothing would tell this store of a revocation, so nothing is kept.
  */
 export class ApiKeyService {
   private readonly known = new Map<string, ApiKeyRow>()
@@ -77,7 +80,7 @@ export class ApiKeyService {
     private readonly background?: Background,
     private readonly feed?: ChangeFeed,
   ) {
-    feed?.subscribe((changes) => this.apply(changes))
+    feed?.subscribe({ apply: (changes) => this.apply(changes), forget: () => this.known.clear() })
   }
 
   private apply(changes: Change[]): void {
@@ -127,12 +130,14 @@ export class ApiKeyService {
     const match = KEY_FORMAT.exec(presented)
     if (!match) return null
     const [, id, secret] = match as unknown as [string, string, string]
-    let row = this.known.get(id)
+    const generation = this.feed?.generation() ?? null
+    let row = generation === null ? undefined : this.known.get(id)
     if (!row) {
       const stored = await apiKeyStore.find(this.db.kysely, id)
       if (!stored) return null
       row = stored
-      this.known.set(id, row)
+      // Not kept if the feed emptied the store while this read ran: the row may predate a gap.
+      if (generation !== null && this.feed?.generation() === generation) this.known.set(id, row)
     }
     const given = Buffer.from(this.hash(secret))
     const expected = Buffer.from(row.secret_hash)

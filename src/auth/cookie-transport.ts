@@ -61,14 +61,28 @@ export class CookieTransport {
     if (origin !== undefined && !this.allowedOrigins.has(origin)) throw new AppError('ORIGIN_NOT_ALLOWED')
   }
 
+  /**
+   * The refresh token in the request's cookie, or null. More than one cookie of the name is
+   * refused: a sibling subdomain can plant its own (Domain=the parent, a longer Path, so browsers
+   * send it first) to sign the browser into the planter's account or to shadow the real session
+   * (cookie tossing). Which of the two is ours cannot be told from the header, so neither is used.
+   */
   read(request: FastifyRequest): string | null {
+    const values = this.values(request)
+    if (values.length > 1) throw new AppError('INVALID_REFRESH_TOKEN')
+    return values[0] || null
+  }
+
+  /** Every value the Cookie header carries under this transport's name, in the order sent. */
+  private values(request: FastifyRequest): string[] {
     const header = request.headers.cookie
-    if (typeof header !== 'string') return null
+    if (typeof header !== 'string') return []
+    const values: string[] = []
     for (const pair of header.split(';')) {
       const separator = pair.indexOf('=')
-      if (separator !== -1 && pair.slice(0, separator).trim() === this.name) return pair.slice(separator + 1).trim() || null
+      if (separator !== -1 && pair.slice(0, separator).trim() === this.name) values.push(pair.slice(separator + 1).trim())
     }
-    return null
+    return values
   }
 
   /**
@@ -100,8 +114,9 @@ export class CookieTransport {
    * whose session lives on (change-password keeps the caller's) is left alone.
    */
   readonly clearWhenDead: onSendHookHandler = async (request, reply, payload) => {
-    const token = this.read(request)
-    if (token !== null && !(await this.sessionIsLive(token))) this.clear(reply)
+    // With a tossed cookie beside ours, clearing ours would leave the planted one alone to be used.
+    const [token, ...more] = this.values(request)
+    if (token && more.length === 0 && !(await this.sessionIsLive(token))) this.clear(reply)
     return payload
   }
 

@@ -33,6 +33,11 @@ export interface SessionGateOptions {
  * dropped and re-read on its next request (a deleted one is then not found). A first-sight read
  * that raced a change is corrected by the feed's next read, which overlaps the last. Bound: a
  * change is in force everywhere within one poll interval plus a query, 250 ms by default.
+ *
+ * Memory is trusted only while the feed is continuous: after a gap longer than its window (the
+ * instance cut off from the database, or paused) it may have missed revocations that no later read
+ * will bring, so the feed empties the gate, and until the feed reads again every check reads the
+ * database and keeps nothing (ChangeFeed.generation).
  */
 export class SessionGate {
   private readonly sessions = new Map<string, SessionEntry>()
@@ -44,14 +49,14 @@ export class SessionGate {
 
   constructor(
     private readonly db: Db,
-    feed: ChangeFeed,
+    private readonly feed: ChangeFeed,
     options: SessionGateOptions = {},
   ) {
     this.idleMs = options.idleMs ?? 20 * 60_000
     this.maxEntries = options.maxEntries ?? 200_000
     this.clock = options.clock ?? systemClock
     this.lastSweep = this.clock.now()
-    feed.subscribe((changes) => this.apply(changes))
+    feed.subscribe({ apply: (changes) => this.apply(changes), forget: () => this.forget() })
   }
 
   /** Entries held in memory, for /metrics. */
@@ -75,12 +80,19 @@ export class SessionGate {
     }
   }
 
+  private forget(): void {
+    this.sessions.clear()
+    this.accounts.clear()
+  }
+
   private sweep(now: number): void {
     for (const [id, entry] of this.sessions) if (now - entry.seenAt > this.idleMs) this.sessions.delete(id)
     for (const [id, entry] of this.accounts) if (now - entry.seenAt > this.idleMs) this.accounts.delete(id)
   }
 
-  private remember<K, V>(map: Map<K, V>, key: K, value: V): void {
+  /** Keeps what a read found, unless the caches were emptied while it ran (it may predate a gap). */
+  private remember<K, V>(map: Map<K, V>, key: K, value: V, generation: number): void {
+    if (this.feed.generation() !== generation) return
     if (map.size >= this.maxEntries) {
       const oldest = map.keys().next()
       if (!oldest.done) map.delete(oldest.value)
@@ -93,15 +105,17 @@ export class SessionGate {
    * revoked, or belongs to someone else.
    */
   async check(sessionId: string, userId: string): Promise<AccountState | null> {
+    const generation = this.feed.generation()
+    if (generation === null) return this.readAfresh(sessionId, userId)
     const now = this.clock.now()
     let session = this.sessions.get(sessionId)
     if (!session) {
       const row = await sessions.findAuthState(this.db.kysely, sessionId)
       if (!row) return null
       session = { userId: row.user_id, revoked: row.revoked_at !== null, seenAt: now }
-      this.remember(this.sessions, sessionId, session)
+      this.remember(this.sessions, sessionId, session, generation)
       if (!this.accounts.has(row.user_id)) {
-        this.remember(this.accounts, row.user_id, { state: { status: row.status, email_verified_at: row.email_verified_at }, seenAt: now })
+        this.remember(this.accounts, row.user_id, { state: { status: row.status, email_verified_at: row.email_verified_at }, seenAt: now }, generation)
       }
     }
     session.seenAt = now
@@ -111,9 +125,16 @@ export class SessionGate {
       const state = await users.findState(this.db.kysely, userId)
       if (!state) return null
       account = { state, seenAt: now }
-      this.remember(this.accounts, userId, account)
+      this.remember(this.accounts, userId, account, generation)
     }
     account.seenAt = now
     return account.state
+  }
+
+  /** The same answer from the database alone, for while the feed is in a gap. */
+  private async readAfresh(sessionId: string, userId: string): Promise<AccountState | null> {
+    const row = await sessions.findAuthState(this.db.kysely, sessionId)
+    if (!row || row.revoked_at !== null || row.user_id !== userId) return null
+    return { status: row.status, email_verified_at: row.email_verified_at }
   }
 }

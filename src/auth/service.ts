@@ -9,12 +9,12 @@ import { recordEvent, type RequestContext } from '../audit/events.ts'
 import type { Background } from '../background.ts'
 import { verificationMail, type MailBrand } from '../mail/index.ts'
 import type { MailQueue } from '../mail/queue.ts'
-import type { Limits } from '../limits/limits.ts'
+import type { ClaimedAttempt, Limits } from '../limits/limits.ts'
 import type { SessionGate } from './revocation.ts'
 import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from './input.ts'
 import { hashOneTimeToken, issueOneTimeToken, VERIFICATION_TTL_MS } from './one-time-tokens.ts'
 import { NO_PASSWORD, passwordProblems, type PasswordHasher } from './passwords.ts'
-import { assuranceOf, PASSWORD_ONLY, type SessionOpener, type SignIn } from './sessions.ts'
+import { assuranceOf, PASSWORD_ONLY, type SessionOpener, type SignIn, type SignInSubject } from './sessions.ts'
 import { ACCESS_TTL_SECONDS, type TokenService } from './tokens.ts'
 
 export interface Principal {
@@ -48,7 +48,7 @@ export interface SecondFactorSeam {
   /** The methods the account can use, or null when it has no second factor. */
   requiredMethods(userId: string): Promise<string[] | null>
   /** Starts the second step; returns the MFA_REQUIRED error (with its mfa_token) to answer with. */
-  challenge(userId: string, methods: string[], first: SignIn, transport: 'body' | 'cookie', context: RequestContext): Promise<AppError>
+  challenge(user: SignInSubject, methods: string[], first: SignIn, transport: 'body' | 'cookie', context: RequestContext): Promise<AppError>
 }
 
 /** A new, active account. */
@@ -64,6 +64,7 @@ function newUser(input: { email: string; fullName: string; passwordHash: string;
     created_at: now,
     updated_at: now,
     last_login_at: null,
+    credential_epoch: 0,
   }
 }
 
@@ -141,7 +142,8 @@ export class AuthService {
     const email = normaliseEmail(rawEmail)
     const issue = emailProblem(email)
     if (issue) throwIfProblems([{ field: 'email', message: issue }])
-    if (!this.deps.requireEmailVerification) return
+    // Sent also when verification is not required for signing in: adding a second factor or
+    // linking a provider still needs a verified address (API.md), and this is how to get one.
     // All of the lookup happens after the answer: its timing then cannot depend on the address.
     this.deps.background.run('resend verification', () => this.resendNow(email))
   }
@@ -185,9 +187,12 @@ export class AuthService {
 
   async login(input: { email: string; password: string }, context: RequestContext, transport: 'body' | 'cookie' = 'body') {
     const email = normaliseEmail(input.email)
-    // Throttled before any work: the answer (and its cost) is the same for every address.
+    // Throttled before any work: the answer (and its cost) is the same for every address. The
+    // attempt is counted as a failure before the password is judged (a burst counts one by one);
+    // a completed login clears it.
+    let attempt: ClaimedAttempt
     try {
-      await this.deps.limits.assertLoginAllowed(email)
+      attempt = await this.deps.limits.claimLoginAttempt(email)
     } catch (error) {
       this.deps.background.run('throttle audit', async () => {
         const throttled = await users.findByEmail(this.db, email)
@@ -201,19 +206,18 @@ export class AuthService {
     // unknown address (same body, same work), so login never reveals which addresses exist.
     if (!user) {
       await this.deps.hasher.verifyDummy(input.password)
-      await this.deps.limits.loginFailed(email)
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', reason: 'unknown_email', context })
       throw new AppError('INVALID_CREDENTIALS')
     }
     if (!(await this.deps.hasher.verify(user.password_hash, input.password))) {
-      await this.deps.limits.loginFailed(email)
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'wrong_password', context })
       throw new AppError('INVALID_CREDENTIALS')
     }
     const secondFactor = await this.deps.secondFactor.requiredMethods(user.id)
-    // With a second factor, the password step is not yet a success for the progressive delay:
-    // only a completed login resets it (src/mfa/service.ts).
-    if (!secondFactor) await this.deps.limits.loginSucceeded(email)
+    // With a second factor, the right password is not yet a success for the progressive delay
+    // (only a completed login resets it, src/mfa/service.ts), nor a failure: its attempt is taken back.
+    if (secondFactor) await this.deps.limits.attemptWasRight(attempt)
+    else await this.deps.limits.loginSucceeded(email)
     // Only the owner of the password learns the account's state.
     try {
       this.deps.sessions.assertMayOpen(user)
@@ -226,8 +230,9 @@ export class AuthService {
     if (this.deps.hasher.needsRehash(user.password_hash)) await this.upgradeHash(user, input.password)
 
     // Last, after the account's state (API.md, Login order): never a token without the second factor.
-    if (secondFactor) throw await this.deps.secondFactor.challenge(user.id, secondFactor, PASSWORD_ONLY, transport, context)
-    return this.deps.sessions.open(user.id, PASSWORD_ONLY, context)
+    // The session opens only if no reset or password change committed since the hash was read.
+    if (secondFactor) throw await this.deps.secondFactor.challenge(user, secondFactor, PASSWORD_ONLY, transport, context)
+    return this.deps.sessions.open(user, PASSWORD_ONLY, context)
   }
 
 

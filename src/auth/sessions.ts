@@ -31,6 +31,30 @@ export function assuranceOf(row: Pick<SessionRow, 'amr' | 'acr' | 'auth_time' | 
   return { amr: row.amr.split(' ').filter(Boolean), acr: row.acr, authTime: row.auth_time ?? row.created_at }
 }
 
+/**
+ * The account a sign-in is for, as its credential check saw it: the session opens only if the
+ * account's credential_epoch is still this one (a reset, a password change, logout-all, a disable or
+ * an operator's revocation since then moved it), so "every session is revoked" also holds for the
+ * sessions being born while it happens (API.md, Tokens).
+ */
+export interface SignInSubject {
+  id: string
+  credential_epoch: number
+}
+
+export interface OpenOptions {
+  audit?: { type: AuditType; reason?: string }
+  /**
+   * Runs first in the session's transaction (a second step uses up its code and its mfa_token
+   * there); if it throws, no session is created and the error is the caller's.
+   */
+  alsoInTransaction?: (trx: Executor) => Promise<void>
+  /** What a sign-in whose epoch has moved answers (INVALID_CREDENTIALS unless the caller says). */
+  superseded?: () => AppError
+}
+
+type Executor = Parameters<Parameters<GroupCommit['run']>[0]>[0]
+
 export interface SessionOpenerDeps {
   tokens: TokenService
   clock: Clock
@@ -57,17 +81,10 @@ export class SessionOpener {
     if (this.deps.requireEmailVerification && user.email_verified_at === null) throw new AppError('EMAIL_NOT_VERIFIED')
   }
 
-  /**
-   * `alsoInTransaction` runs first in the session's transaction (a second step uses up its code and
-   * its mfa_token there); if it throws, no session is created and the error is the caller's.
-   */
-  async open(
-    userId: string,
-    signIn: SignIn,
-    context: RequestContext,
-    audit: { type: AuditType; reason?: string } = { type: 'login.succeeded' },
-    alsoInTransaction?: (trx: Parameters<Parameters<GroupCommit['run']>[0]>[0]) => Promise<void>,
-  ): Promise<LoginBody> {
+  /** Opens a session for `user` if its credential epoch has not moved since the caller's check. */
+  async open(user: SignInSubject, signIn: SignIn, context: RequestContext, options: OpenOptions = {}): Promise<LoginBody> {
+    const { audit = { type: 'login.succeeded' }, alsoInTransaction, superseded = () => new AppError('INVALID_CREDENTIALS') } = options
+    const userId = user.id
     const now = this.deps.clock.now()
     const sessionId = randomUUID()
     const assurance: Assurance = { amr: signIn.amr, acr: signIn.acr, authTime: now }
@@ -78,6 +95,10 @@ export class SessionOpener {
     // Committed (with others under load) before the tokens are handed out.
     await this.deps.commits.run(async (trx) => {
       await alsoInTransaction?.(trx)
+      // First the account's row (its lock, on PostgreSQL): a reset committed meanwhile moved the
+      // epoch and this sign-in fails; one that commits after this waits for it and then revokes
+      // the session made here with the others.
+      if (!(await users.recordLogin(trx, user, now))) throw superseded()
       await sessions.insert(trx, {
         id: sessionId,
         user_id: userId,
@@ -91,7 +112,6 @@ export class SessionOpener {
         acr: signIn.acr,
         auth_time: now,
       })
-      await users.setLastLogin(trx, userId, now)
       await recordEvent(trx, this.deps.clock, { type: audit.type, userId, reason: audit.reason ?? null, context })
     })
     return { access_token: access.token, refresh_token: refresh.token, token_type: 'bearer', expires_in: ACCESS_TTL_SECONDS }

@@ -1,4 +1,5 @@
 import { PortcullisError } from './errors.ts'
+import { pkcePair, verifierStore } from './pkce.ts'
 import { memoryStorage, type TokenStorage } from './storage.ts'
 import { Tabs } from './tabs.ts'
 import { createCredential, getCredential } from './webauthn.ts'
@@ -20,6 +21,47 @@ export type * from './types.ts'
 export type Transport = 'body' | 'cookie'
 
 /**
+ * A page or a worker: where a script injected into the application (XSS, a compromised
+ * dependency) runs beside the client and could read any token the client holds.
+ */
+function inBrowser(): boolean {
+  const scope = globalThis as { document?: unknown; WorkerGlobalScope?: unknown }
+  return typeof scope.document === 'object' || typeof scope.WorkerGlobalScope === 'function'
+}
+
+/**
+ * What fetch() resolves a relative URL against: the document's base URL (which a `<base>` element
+ * changes), a worker's own address, nothing in Node.
+ */
+function fetchBase(): string | undefined {
+  const scope = globalThis as { document?: { baseURI?: string }; location?: { href?: string } }
+  return scope.document?.baseURI ?? scope.location?.href
+}
+
+/** The absolute form of a URL as fetch() would request it, or null when it has none. */
+function absolute(url: string | URL): URL | null {
+  try {
+    return new URL(url, fetchBase())
+  } catch {
+    return null
+  }
+}
+
+/** An entry of tokenOrigins: scheme, host and port only (`https://api.example.com`), no path. */
+function tokenOrigin(entry: string): string {
+  let url: URL | null = null
+  try {
+    url = new URL(entry)
+  } catch {
+    // Refused below, with the entry named.
+  }
+  if (!url || !/^https?:$/.test(url.protocol) || url.href !== `${url.origin}/`) {
+    throw new TypeError(`tokenOrigins: "${entry}" is not an origin like https://api.example.com (scheme, host and port, no path)`)
+  }
+  return url.origin
+}
+
+/**
  * `revoked`: the server refused the access token as INVALID_TOKEN (logged out elsewhere, password
  * reset); `refresh_failed`: the refresh was refused; `ended_in_another_tab`: cookie transport.
  */
@@ -28,9 +70,19 @@ export type SessionEndReason = 'revoked' | 'refresh_failed' | 'ended_in_another_
 export interface PortcullisClientOptions {
   /** The API's base address, version segment included: `https://auth.example.com/v1`. */
   baseUrl: string
+  /**
+   * In a browser `cookie` by default: the refresh token never reaches script (seed 5.6). `body`
+   * there only when asked for, with a console warning. Elsewhere (Node) `body` by default.
+   */
   transport?: Transport
   /** Body transport only; memory by default. */
   storage?: TokenStorage
+  /**
+   * The origins besides the service's own (baseUrl's) that client.fetch() may send the access
+   * token to: the application's own APIs, as `https://api.example.com`. A URL on any other origin
+   * is refused by client.fetch() before anything is sent.
+   */
+  tokenOrigins?: string[]
   /** Called once when a live session ends without this client being asked to log out. */
   onSessionEnd?: (event: { reason: SessionEndReason; error?: PortcullisError }) => void
   /** Refresh this long before the access token's `exp` instead of waiting for TOKEN_EXPIRED (off: 0). */
@@ -100,6 +152,8 @@ export class PortcullisClient {
   private readonly refreshAheadMs: number
   private readonly onSessionEnd: PortcullisClientOptions['onSessionEnd']
   private readonly tabs: Tabs | null
+  /** Where client.fetch() may send the access token: the service's origin and tokenOrigins. */
+  private readonly tokenOrigins: ReadonlySet<string>
   /** Cookie transport: the access token, held in memory only. */
   private memoryAccessToken: string | null = null
   private refreshing: Promise<string> | null = null
@@ -107,8 +161,18 @@ export class PortcullisClient {
 
   constructor(options: PortcullisClientOptions) {
     this.baseUrl = options.baseUrl.replace(/\/+$/, '')
-    this.transport = options.transport ?? 'body'
-    if (this.transport === 'cookie' && options.storage) throw new TypeError('storage is for the body transport; with cookies the access token stays in memory')
+    // In a browser, any script that runs on the page can read what the client holds: the 7-day
+    // refresh token goes into an HttpOnly cookie instead, unless the application insists.
+    const browser = inBrowser()
+    this.transport = options.transport ?? (browser ? 'cookie' : 'body')
+    if (browser && this.transport === 'body') {
+      console.warn('PortcullisClient: the body transport in a browser keeps the 7-day refresh token where any script on the page can read it; leave transport unset for the cookie transport (docs/client.md)')
+    }
+    if (this.transport === 'cookie' && options.storage) {
+      throw new TypeError(`storage is for the body transport; with cookies${options.transport ? '' : ' (the default in a browser)'} the access token stays in memory`)
+    }
+    const own = absolute(this.baseUrl)?.origin
+    this.tokenOrigins = new Set([...(own && own !== 'null' ? [own] : []), ...(options.tokenOrigins ?? []).map(tokenOrigin)])
     this.storage = options.storage ?? memoryStorage()
     this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis)
     this.now = options.now ?? Date.now
@@ -316,15 +380,28 @@ export class PortcullisClient {
    * fetch() for the application's own APIs: the access token attached, and the same single
    * refresh and repeat when the answer is 401 with the code TOKEN_EXPIRED. The body must be one
    * that can be sent twice (a string, Blob, FormData, URLSearchParams or buffer, not a stream).
+   *
+   * Only to the service's origin and tokenOrigins: a URL anywhere else (a link taken from a page or
+   * a query string, a typo) would hand the bearer token to whoever runs that site, so it is refused
+   * with TOKEN_ORIGIN_NOT_ALLOWED before anything is sent. The URL is resolved here, and that same
+   * absolute URL is what is fetched, so a `<base>` element cannot make the two differ.
    */
   async fetch(input: string | URL, init: RequestInit = {}): Promise<Response> {
+    const url = typeof input === 'string' || input instanceof URL ? absolute(input) : null
+    if (url === null || !this.tokenOrigins.has(url.origin)) {
+      throw new PortcullisError({
+        code: 'TOKEN_ORIGIN_NOT_ALLOWED',
+        status: 0,
+        message: `client.fetch() sends the access token only to ${[...this.tokenOrigins].join(', ') || "the service's origin"}; ${url?.origin ?? String(input)} is not among them (list it in tokenOrigins, or use fetch() for other sites)`,
+      })
+    }
     return this.authorised(async (token) => {
       const headers = new Headers(init.headers)
       if (token) headers.set('authorization', `Bearer ${token}`)
       try {
-        return await this.fetchImpl(input, { ...init, headers })
+        return await this.fetchImpl(url.href, { ...init, headers })
       } catch (cause) {
-        throw new PortcullisError({ code: 'NETWORK_ERROR', status: 0, message: `No answer from ${String(input)}`, cause })
+        throw new PortcullisError({ code: 'NETWORK_ERROR', status: 0, message: `No answer from ${url.href}`, cause })
       }
     })
   }
@@ -467,12 +544,15 @@ export class PortcullisClient {
   }
 
   /**
-   * Where to send the browser to sign in with a provider (`window.location.assign(url)`). It comes
-   * back to `redirectTo` (on one of OIDC_REDIRECT_ORIGINS) with `?code=`, to pass to
-   * exchangeOidcCode(), or with `?error=`.
+   * Where to send the browser to sign in with a provider (`location.assign(await client.startOidc(...))`).
+   * It comes back to `redirectTo` (on one of OIDC_REDIRECT_ORIGINS) with `?code=`, to pass to
+   * exchangeOidcCode() in the same tab, or with `?error=`. The URL carries a PKCE challenge whose
+   * verifier stays in this tab's sessionStorage: only this tab can exchange the code it brings back.
    */
-  startOidc(name: string, redirectTo: string): string {
-    return this.url(`/auth/oidc/${encodeURIComponent(name)}/start`, { redirect_to: redirectTo })
+  async startOidc(name: string, redirectTo: string): Promise<string> {
+    const { verifier, challenge } = await pkcePair()
+    verifierStore(this.baseUrl).save(verifier)
+    return this.url(`/auth/oidc/${encodeURIComponent(name)}/start`, { redirect_to: redirectTo, code_challenge: challenge, code_challenge_method: 'S256' })
   }
 
   /** The callback URL to register at the provider for `name` (the provider sends the browser there, not the app). */
@@ -481,12 +561,16 @@ export class PortcullisClient {
   }
 
   /**
-   * The one-time code from the provider's return for a session (in cookie mode, with the cookie);
-   * an account with a second factor answers MfaRequired, as login() does.
+   * The one-time code from the provider's return for a session (in cookie mode, with the cookie),
+   * with the verifier startOidc() kept (used once). Without one (a flow this client did not start),
+   * the proof is the flow's cookie, so the call carries credentials. An account with a second
+   * factor answers MfaRequired, as login() does.
    */
   async exchangeOidcCode(code: string): Promise<LoginResult | MfaRequired> {
+    const verifier = verifierStore(this.baseUrl).take()
+    const body = verifier === null ? { code } : { code, code_verifier: verifier }
     try {
-      return await this.signedIn(await this.request<LoginResult>({ method: 'POST', path: '/auth/oidc/exchange', body: { code }, cookie: this.transport === 'cookie' }))
+      return await this.signedIn(await this.request<LoginResult>({ method: 'POST', path: '/auth/oidc/exchange', body, cookie: this.transport === 'cookie', credentials: verifier === null }))
     } catch (error) {
       const mfa = error instanceof PortcullisError && error.code === 'MFA_REQUIRED' ? error.mfa : undefined
       if (mfa && 'mfa_token' in mfa) return { mfa_required: true, ...mfa }

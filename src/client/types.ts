@@ -67,8 +67,11 @@ export type IdentityRemoval = DataOf<typeof oidc.IdentityDeleted>
 /** What an MFA_REQUIRED error carries: a login's challenge, or `step_up` for a sensitive action. */
 export type MfaChallengeInfo = MfaChallenge
 
-/** The server's codes, and two of the client's own: no answer at all, or one it cannot read. */
-export type ClientErrorCode = ErrorCode | 'NETWORK_ERROR' | 'INVALID_RESPONSE'
+/**
+ * The server's codes, and the client's own: no answer at all, one it cannot read, or a
+ * client.fetch() to a URL the access token may not go to (nothing was sent).
+ */
+export type ClientErrorCode = ErrorCode | 'NETWORK_ERROR' | 'INVALID_RESPONSE' | 'TOKEN_ORIGIN_NOT_ALLOWED'
 
 export interface ErrorDetail {
   field: string

@@ -123,8 +123,36 @@ export const users = {
     await db.updateTable('users').set({ status, disabled_reason: reason, updated_at: at }).where('id', '=', id).execute()
   },
 
-  async setLastLogin(db: Executor, id: string, at: number): Promise<void> {
-    await db.updateTable('users').set({ last_login_at: at }).where('id', '=', id).execute()
+  /**
+   * A session opens: records the time, if the account's credential epoch is still the one the
+   * sign-in checked (API.md, Tokens). False when it moved (or the account is gone): no session.
+   */
+  async recordLogin(db: Executor, user: { id: string; credential_epoch: number }, at: number): Promise<boolean> {
+    const result = await db
+      .updateTable('users')
+      .set({ last_login_at: at })
+      .where('id', '=', user.id)
+      .where('credential_epoch', '=', user.credential_epoch)
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  /**
+   * Takes the account's row lock for the rest of the transaction (a no-op write; SQLite serialises
+   * writers anyway): changes to an account's ways in, made concurrently, then happen one by one.
+   */
+  async lockRow(db: Executor, id: string): Promise<boolean> {
+    const result = await db
+      .updateTable('users')
+      .set((eb) => ({ updated_at: eb.ref('updated_at') }))
+      .where('id', '=', id)
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  /** Every sign-in under way for the account is superseded (src/auth/sign-out.ts). */
+  async bumpCredentialEpoch(db: Executor, id: string): Promise<void> {
+    await db.updateTable('users').set((eb) => ({ credential_epoch: eb('credential_epoch', '+', 1) })).where('id', '=', id).execute()
   },
 
   async setPasswordHash(db: Executor, id: string, hash: string, at: number): Promise<void> {

@@ -14,6 +14,8 @@ export interface UsersTable {
   created_at: number
   updated_at: number
   last_login_at: number | null
+  /** Bumped by every event that ends all the account's sessions; a sign-in opens a session only under the epoch it checked (migration 0013). */
+  credential_epoch: number
 }
 
 export interface SessionsTable {
@@ -179,6 +181,8 @@ export interface MfaChallengesTable {
   amr: string
   transport: 'body' | 'cookie'
   failures: Generated<number>
+  /** The account's credential_epoch when the first step was checked. */
+  credential_epoch: number
   created_at: number
   expires_at: number
   used_at: number | null
@@ -224,6 +228,10 @@ export interface OidcFlowsTable {
   redirect_to: string
   purpose: 'login' | 'link'
   user_id: string | null
+  /** The application's RFC 7636 S256 code_challenge, when it sent one at start. */
+  code_challenge: string | null
+  /** A link flow: the session that started it (the link completes only while it is live). */
+  session_id: string | null
   created_at: number
   expires_at: number
   used_at: number | null
@@ -234,6 +242,12 @@ export interface OidcLoginCodesTable {
   code_hash: string
   user_id: string
   provider: string
+  /** The account's credential_epoch when the callback chose the account. */
+  credential_epoch: number
+  /** The flow's S256 code_challenge: the exchange must send its verifier. */
+  code_challenge: string | null
+  /** A flow without a challenge: the starting browser's cookie hash, which the exchange must present. */
+  browser_hash: string | null
   created_at: number
   expires_at: number
   used_at: number | null

@@ -95,7 +95,10 @@ export function logServerError(request: FastifyRequest, appError: AppError, erro
  */
 export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error, request: FastifyRequest, reply) => {
-    const appError = toAppError(error)
+    // A body that stopped arriving (the client hung up, or was cut at REQUEST_TIMEOUT_SECONDS) fails
+    // with its stream's ECONNRESET: the client's doing, not the database being away, and there is
+    // no one left to read the answer.
+    const appError = request.raw.readableAborted ? new AppError('VALIDATION_ERROR', { message: 'The request body did not fully arrive.' }) : toAppError(error)
     logServerError(request, appError, error)
     return sendError(reply, appError)
   })
@@ -143,12 +146,17 @@ function clientErrorOf(error: NodeJS.ErrnoException): AppError {
 
 /**
  * Fastify's clientErrorHandler: a request line or headers Node cannot parse (an unknown method,
- * headers over 16 KiB, a timeout) never reach the router, so the answer is written to the socket
- * here, in the envelope with the usual headers, and the connection is closed.
+ * headers over 16 KiB), or a request that has not fully arrived within REQUEST_TIMEOUT_SECONDS,
+ * never reach a handler that could answer, so the answer is written to the socket here, in the
+ * envelope with the usual headers, and the connection is closed. Node's own fallback is a bare
+ * 408 or 400 without a body; this one is the envelope.
  */
 export function answerClientError(error: NodeJS.ErrnoException, socket: Socket): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return
-  if (socket.writable) {
+  // As Node does: an answer already under way on this connection (a handler that replied before
+  // the body had all arrived) is not spliced into; the connection is only closed.
+  const answering = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage
+  if (socket.writable && !answering?.headersSent) {
     const appError = clientErrorOf(error)
     const body = JSON.stringify({ success: false, error: { code: appError.code, message: appError.message, ...(appError.details ? { details: appError.details } : {}) } })
     socket.write([

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import type { Clock } from '../clock.ts'
 import { AppError } from '../errors.ts'
-import type { CounterStore } from './store.ts'
+import type { CounterStore, DelayPolicy } from './store.ts'
 
 export interface LimitSettings {
   loginPerIpPerMinute: number
@@ -14,6 +14,12 @@ export interface LimitSettings {
 }
 
 export type IpRule = 'login' | 'register' | 'mail'
+
+/** An attempt counted by claimLoginAttempt, to take back if it proves right without being a success. */
+export interface ClaimedAttempt {
+  email: string
+  previousLast: string | null
+}
 
 const MINUTE = 60_000
 const HOUR = 3_600_000
@@ -116,34 +122,34 @@ export class Limits {
     return { failures: `login:failures:${key}`, last: `login:last:${key}` }
   }
 
-  /** How long an address must still wait, in ms, after `failures` consecutive failures. */
-  delayAfter(failures: number): number {
-    const over = failures - this.settings.loginFreeFailures
-    if (over < 0) return 0
-    return Math.min(1000 * 2 ** Math.min(over, 30), this.settings.loginMaxDelaySeconds * 1000)
+  private delayPolicy(): DelayPolicy {
+    return { freeFailures: this.settings.loginFreeFailures, maxDelayMs: this.settings.loginMaxDelaySeconds * 1000 }
   }
 
   /**
-   * Per-account throttle, keyed by the address whether or not an account has it, so the answer is
-   * the same for both. The delay grows with consecutive failures and is capped: the owner can
-   * always try again after at most the maximum delay, so nobody can lock an account for good.
+   * One attempt to prove the account's credential (a password, a second-factor code, a passkey),
+   * counted before it is judged (API.md, Abuse limits and Second factors): the attempt is recorded
+   * as a failure at once, atomically across instances, so N guesses sent at once count N; a later
+   * success (loginSucceeded) clears the count. Keyed by the address whether or not an account has
+   * it, so the answer is the same for both. Past the free failures each attempt waits a delay that
+   * doubles up to a cap (the owner can always try again after at most that, so nobody can lock an
+   * account for good); one refused with RATE_LIMITED is neither judged nor counted.
    */
-  async assertLoginAllowed(email: string): Promise<void> {
-    const keys = this.loginKeys(email)
-    const [failures, last] = await Promise.all([this.store.get(keys.failures), this.store.get(keys.last)])
-    const count = Number(failures ?? 0)
-    if (count < this.settings.loginFreeFailures || last === null) return
-    const waitMs = Number(last) + this.delayAfter(count) - this.clock.now()
+  async claimLoginAttempt(email: string): Promise<ClaimedAttempt> {
+    const { waitMs, previousLast } = await this.store.claimAttempt(this.loginKeys(email), this.clock.now(), this.delayPolicy(), FAILURE_MEMORY_MS)
     if (waitMs > 0) {
       const seconds = Math.ceil(waitMs / 1000)
       throw rateLimited({ limit: this.settings.loginFreeFailures, remaining: 0, resetSeconds: seconds }, seconds)
     }
+    return { email, previousLast }
   }
 
-  async loginFailed(email: string): Promise<void> {
-    const keys = this.loginKeys(email)
-    await this.store.increment(keys.failures, FAILURE_MEMORY_MS)
-    await this.store.set(keys.last, String(this.clock.now()), FAILURE_MEMORY_MS)
+  /**
+   * The claimed attempt proved right but is no completed login (the password step of an account
+   * with a second factor): it is taken back, neither a failure nor a success that resets the count.
+   */
+  async attemptWasRight(attempt: ClaimedAttempt): Promise<void> {
+    await this.store.unclaimAttempt(this.loginKeys(attempt.email), attempt.previousLast, FAILURE_MEMORY_MS)
   }
 
   async loginSucceeded(email: string): Promise<void> {

@@ -8,7 +8,36 @@ import { AppError } from '../errors.ts'
  * every instance pointed at it. Expiry is only for cleanup: the limit logic itself works from the
  * service's clock and keys that name their time window.
  */
+/** An account's progressive delay (API.md, Abuse limits): free failures, then a wait doubling from 1 s up to a cap. */
+export interface DelayPolicy {
+  freeFailures: number
+  maxDelayMs: number
+}
+
+/** The wait after `failures` consecutive failures (the Redis script below mirrors this formula). */
+export function delayAfter(failures: number, policy: DelayPolicy): number {
+  const over = failures - policy.freeFailures
+  if (over < 0) return 0
+  return Math.min(1000 * 2 ** Math.min(over, 30), policy.maxDelayMs)
+}
+
+/** The two keys of an account's delay: consecutive failures, and the time of the last one. */
+export interface LoginKeys {
+  failures: string
+  last: string
+}
+
 export interface CounterStore {
+  /**
+   * One attempt against an account's progressive delay, atomically, across every instance sharing
+   * the store: when the wait after the recorded failures has passed, the attempt is recorded as a
+   * failure (count + 1, at `now`) before anyone judges it, and 0 is returned; otherwise nothing is
+   * recorded and the milliseconds still to wait are returned, with the failure time recorded before
+   * (to put back if the attempt proves right). A success deletes both keys.
+   */
+  claimAttempt(keys: LoginKeys, now: number, policy: DelayPolicy, ttlMs: number): Promise<{ waitMs: number; previousLast: string | null }>
+  /** Takes back one claimed attempt (never below zero) and puts back the failure time before it. */
+  unclaimAttempt(keys: LoginKeys, previousLast: string | null, ttlMs: number): Promise<void>
   /** Adds one and returns the new value; the key is dropped `ttlMs` after its last increment. */
   increment(key: string, ttlMs: number): Promise<number>
   get(key: string): Promise<string | null>
@@ -34,6 +63,24 @@ export class MemoryStore implements CounterStore {
   private live(key: string) {
     const entry = this.entries.get(key)
     return entry && entry.expiresAt > this.clock.now() ? entry : undefined
+  }
+
+  async claimAttempt(keys: LoginKeys, now: number, policy: DelayPolicy, ttlMs: number): Promise<{ waitMs: number; previousLast: string | null }> {
+    // One synchronous turn: nothing else on this instance runs between the read and the write.
+    const failures = Number(this.live(keys.failures)?.value ?? 0)
+    const last = this.live(keys.last)?.value ?? null
+    const waitMs = last === null ? 0 : Number(last) + delayAfter(failures, policy) - now
+    if (waitMs > 0) return { waitMs, previousLast: last }
+    this.entries.set(keys.failures, { value: String(failures + 1), expiresAt: now + ttlMs })
+    this.entries.set(keys.last, { value: String(now), expiresAt: now + ttlMs })
+    return { waitMs: 0, previousLast: last }
+  }
+
+  async unclaimAttempt(keys: LoginKeys, previousLast: string | null, ttlMs: number): Promise<void> {
+    const entry = this.live(keys.failures)
+    if (entry && Number(entry.value) > 0) entry.value = String(Number(entry.value) - 1)
+    if (previousLast === null) this.entries.delete(keys.last)
+    else this.entries.set(keys.last, { value: previousLast, expiresAt: this.clock.now() + ttlMs })
   }
 
   async increment(key: string, ttlMs: number): Promise<number> {
@@ -68,6 +115,33 @@ async function available<T>(operation: Promise<T>): Promise<T> {
   }
 }
 
+/**
+ * claimAttempt in one Redis script, so concurrent attempts from any number of instances are
+ * counted one by one. KEYS: failures, last. ARGV: now, free failures, max delay (ms), ttl (ms).
+ * The delay is delayAfter's formula above. Answers {ms to wait, the failure time before ('' for none)}.
+ */
+const CLAIM_ATTEMPT = `
+local failures = tonumber(redis.call('GET', KEYS[1]) or '0')
+local last = redis.call('GET', KEYS[2])
+local now = tonumber(ARGV[1])
+if last then
+  local over = failures - tonumber(ARGV[2])
+  if over >= 0 then
+    local wait = math.min(1000 * 2 ^ math.min(over, 30), tonumber(ARGV[3]))
+    local left = tonumber(last) + wait - now
+    if left > 0 then return {math.ceil(left), last} end
+  end
+end
+redis.call('SET', KEYS[1], failures + 1, 'PX', ARGV[4])
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
+return {0, last or ''}`
+
+/** unclaimAttempt: one less, never below zero; the failure time before put back (ARGV: it or '', ttl). */
+const UNCLAIM_ATTEMPT = `
+if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
+if ARGV[1] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
+return 0`
+
 export class RedisStore implements CounterStore {
   private readonly redis: Redis
 
@@ -88,6 +162,15 @@ export class RedisStore implements CounterStore {
         resolve()
       })
     })
+  }
+
+  async claimAttempt(keys: LoginKeys, now: number, policy: DelayPolicy, ttlMs: number): Promise<{ waitMs: number; previousLast: string | null }> {
+    const [wait, last] = (await available(this.redis.eval(CLAIM_ATTEMPT, 2, keys.failures, keys.last, now, policy.freeFailures, policy.maxDelayMs, ttlMs))) as [number, string]
+    return { waitMs: Number(wait), previousLast: last === '' ? null : last }
+  }
+
+  async unclaimAttempt(keys: LoginKeys, previousLast: string | null, ttlMs: number): Promise<void> {
+    await available(this.redis.eval(UNCLAIM_ATTEMPT, 2, keys.failures, keys.last, previousLast ?? '', ttlMs))
   }
 
   async increment(key: string, ttlMs: number): Promise<number> {

@@ -103,3 +103,14 @@ export function securityNoticeMail(brand: MailBrand, to: string, notice: { subje
 <p style="margin: 0; font-size: 14px; line-height: 1.5; color: #4b5563;">${outro}</p>`)
   return { to, subject: notice.subject, text, html: body.value }
 }
+
+/**
+ * A provider identity was linked to the account, by the user or automatically by a verified
+ * address (API.md: no link is silent): it names the provider, since that account can now sign in.
+ */
+export function identityLinkedMail(brand: MailBrand, to: string, provider: string): MailMessage {
+  return securityNoticeMail(brand, to, {
+    subject: 'A sign-in method was added to your account',
+    what: `Sign-in with ${provider} was linked to your ${brand.appName} account: that ${provider} account can now sign in to yours.`,
+  })
+}

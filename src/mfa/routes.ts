@@ -69,7 +69,7 @@ export async function publicMfaRoutes(fastify: FastifyInstance, mfa: MfaService,
   })
 }
 
-export async function protectedMfaRoutes(fastify: FastifyInstance, mfa: MfaService, recent: preHandlerHookHandler): Promise<void> {
+export async function protectedMfaRoutes(fastify: FastifyInstance, mfa: MfaService, limits: Limits, recent: preHandlerHookHandler): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const common = { bodyLimit: AUTH_BODY_LIMIT }
 
@@ -87,6 +87,8 @@ export async function protectedMfaRoutes(fastify: FastifyInstance, mfa: MfaServi
 
   app.post('/auth/mfa/totp/:id/confirm', {
     ...common,
+    // Recent when the account already has MFA (checked again with the account locked, src/mfa/service.ts).
+    preHandler: recent,
     schema: { tags, security, operationId: 'confirmTotp', params: FactorParams, body: CodeBody, response: { 200: Confirmed } },
   }, async (request) => ok(await mfa.confirmTotp(principalOf(request), request.params.id, request.body.code, requestContext(request))))
 
@@ -118,6 +120,8 @@ export async function protectedMfaRoutes(fastify: FastifyInstance, mfa: MfaServi
 
   app.post('/auth/mfa/step-up', {
     ...common,
+    // A guess at a code, like a login's second step: the same per-IP budget.
+    onRequest: limitByIp(limits, 'login'),
     schema: { tags, security, operationId: 'stepUp', body: StepUpBody, response: { 200: SteppedUp } },
   }, async (request) => ok(await mfa.stepUp(principalOf(request), request.body, requestContext(request))))
 }

@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
 import { KeyEncryptionError, type KeySealer } from '../auth/key-encryption.ts'
+import { NO_PASSWORD } from '../auth/passwords.ts'
 import type { Principal } from '../auth/service.ts'
-import { assuranceOf, type AuthMethod, type LoginBody, type SessionOpener, type SignIn } from '../auth/sessions.ts'
+import { assuranceOf, type AuthMethod, type LoginBody, type SessionOpener, type SignIn, type SignInSubject } from '../auth/sessions.ts'
 import { ACCESS_TTL_SECONDS, type TokenService } from '../auth/tokens.ts'
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
@@ -67,6 +68,8 @@ export interface MfaDeps {
   stepUpMs: number
   /** The passkey relying party (WEBAUTHN_RP_ID, WEBAUTHN_ORIGINS). */
   rp: RelyingParty
+  /** Whether the account has a linked provider identity, read in the caller's transaction: a way in LAST_SIGN_IN_METHOD counts (src/oidc/). */
+  hasIdentity(trx: Db['kysely'], userId: string): Promise<boolean>
 }
 
 /** The passkey columns of a factor of another type. */
@@ -116,12 +119,52 @@ export class MfaService {
     return user
   }
 
+  /**
+   * The account, if a factor may be added to it now: never while its address is unverified (API.md,
+   * "Unverified addresses"): a stranger who registered someone else's address must not leave a way
+   * in that survives the owner's password reset.
+   */
+  private async userAddingFactor(userId: string): Promise<UserRow> {
+    const user = await this.user(userId)
+    if (user.email_verified_at === null) throw new AppError('EMAIL_NOT_VERIFIED')
+    return user
+  }
+
+  /**
+   * In the transaction that adds a factor, with the account's row locked so two additions happen
+   * one after the other (API.md, "Never a bypass"): to an account that already has MFA only from a
+   * recent session, so a session from before MFA cannot finish an enrolment it parked then. The
+   * account's first factor ends every other enrolment and passkey registration under way.
+   * Returns whether this is the first factor.
+   */
+  private async admitNewFactor(trx: Db['kysely'], principal: Principal, keep: string | null): Promise<boolean> {
+    await users.lockRow(trx, principal.userId)
+    const confirmed = await factors.listConfirmed(trx, principal.userId)
+    if (confirmed.length > 0) {
+      const state = await sessions.findAuthState(trx, principal.sessionId)
+      if (!state || !this.isRecent(state)) throw this.stepUpRequired(await this.requiredMethods(principal.userId, trx))
+      return false
+    }
+    await factors.deleteUnconfirmed(trx, principal.userId, keep)
+    await ceremonies.deleteRegistrations(trx, principal.userId)
+    return true
+  }
+
+  private isRecent(state: Parameters<typeof assuranceOf>[0]): boolean {
+    const assurance = assuranceOf(state)
+    return assurance.acr === 'aal2' && assurance.authTime >= this.deps.clock.now() - this.deps.stepUpMs
+  }
+
+  private stepUpRequired(methods: string[] | null): AppError {
+    return new AppError('MFA_REQUIRED', { message: 'This action needs a second factor verified in the last minutes.', mfa: { step_up: true, methods: methods ?? [] } })
+  }
+
   /** The methods this account can use, or null when it has no second factor (the seed's login applies). */
-  async requiredMethods(userId: string): Promise<string[] | null> {
-    const confirmed = await factors.listConfirmed(this.db, userId)
+  async requiredMethods(userId: string, db: Db['kysely'] = this.db): Promise<string[] | null> {
+    const confirmed = await factors.listConfirmed(db, userId)
     if (confirmed.length === 0) return null
     const methods = [...new Set(confirmed.map((factor) => factor.type))] as string[]
-    if ((await recoveryCodes.remaining(this.db, userId)) > 0) methods.push('recovery_code')
+    if ((await recoveryCodes.remaining(db, userId)) > 0) methods.push('recovery_code')
     return methods
   }
 
@@ -130,7 +173,8 @@ export class MfaService {
    * minutes) that remembers what the first step proved and the login's transport. Returns the
    * MFA_REQUIRED error to answer with; no session exists yet.
    */
-  async challenge(userId: string, methods: string[], first: SignIn, transport: Transport, context: RequestContext): Promise<AppError> {
+  async challenge(user: SignInSubject, methods: string[], first: SignIn, transport: Transport, context: RequestContext): Promise<AppError> {
+    const userId = user.id
     const token = newMfaToken()
     const now = this.deps.clock.now()
     await this.db.transaction().execute(async (trx) => {
@@ -139,6 +183,8 @@ export class MfaService {
         user_id: userId,
         amr: first.amr.join(' '),
         transport,
+        // The session it leads to opens only under this epoch (src/auth/sessions.ts).
+        credential_epoch: user.credential_epoch,
         created_at: now,
         expires_at: now + MFA_TOKEN_TTL_SECONDS * 1000,
         used_at: null,
@@ -160,13 +206,13 @@ export class MfaService {
     if (!challenge) throw new AppError('INVALID_MFA_TOKEN')
     const user = await users.findById(this.db, challenge.user_id)
     if (!user) throw new AppError('INVALID_MFA_TOKEN')
-    await this.deps.limits.assertLoginAllowed(user.email)
+    // Counted before judged, for the account and then for the token (API.md, "Limits hold under
+    // concurrency"): a burst of guesses counts one by one on every engine and instance.
+    await this.deps.limits.claimLoginAttempt(user.email)
     // Disabled between the two steps: no session.
     if (user.status === 'disabled') throw new AppError('ACCOUNT_DISABLED')
-    const refused = async () => {
-      await challenges.fail(this.db, hash)
-      return this.wrongCode(user, context, 'login')
-    }
+    if (!(await challenges.claimAttempt(this.db, hash, this.deps.clock.now()))) throw new AppError('INVALID_MFA_TOKEN')
+    const refused = () => this.wrongCode(user, context, 'login')
     const match = await this.matchProof(user, input, { userId: user.id, binding: hash }, 'second_factor', context)
     if (!match) throw await refused()
     // One transaction (shared with other sign-ins by the group commit): the code used up, the
@@ -174,9 +220,15 @@ export class MfaService {
     // token, or of one code, the second finds its conditional update matching nothing.
     let body: LoginBody
     try {
-      body = await this.deps.sessions.open(user.id, { amr: withSecondFactor(challenge.amr.split(' '), methodOf(match)), acr: 'aal2' }, context, { type: 'login.succeeded', reason: input.method }, async (trx) => {
-        if (!(await challenges.consume(trx, hash, this.deps.clock.now()))) throw new AppError('INVALID_MFA_TOKEN')
-        if (!(await this.useCode(trx, user, match, context))) throw new AppError('INVALID_MFA_CODE')
+      const signIn: SignIn = { amr: withSecondFactor(challenge.amr.split(' '), methodOf(match)), acr: 'aal2' }
+      body = await this.deps.sessions.open({ id: user.id, credential_epoch: challenge.credential_epoch }, signIn, context, {
+        audit: { type: 'login.succeeded', reason: input.method },
+        alsoInTransaction: async (trx) => {
+          if (!(await challenges.consume(trx, hash, this.deps.clock.now()))) throw new AppError('INVALID_MFA_TOKEN')
+          if (!(await this.useCode(trx, user, match, context))) throw new AppError('INVALID_MFA_CODE')
+        },
+        // The account's sessions ended after the first step: the mfa_token died with them.
+        superseded: () => new AppError('INVALID_MFA_TOKEN'),
       })
     } catch (error) {
       if (error instanceof AppError && error.code === 'INVALID_MFA_CODE') throw await refused()
@@ -191,10 +243,11 @@ export class MfaService {
   /** A second factor verified in a live session: it becomes aal2 and recent, and the answer is its new access token. */
   async stepUp(principal: Principal, input: Proof, context: RequestContext): Promise<{ access_token: string; expires_in: number }> {
     const user = await this.user(principal.userId)
-    await this.deps.limits.assertLoginAllowed(user.email)
+    await this.deps.limits.claimLoginAttempt(user.email)
     const match = await this.matchProof(user, input, { userId: user.id, binding: principal.sessionId }, 'step_up', context)
     const used = match !== null && (await this.db.transaction().execute((trx) => this.useCode(trx, user, match, context)))
     if (!used) throw await this.wrongCode(user, context, 'step_up')
+    await this.deps.limits.loginSucceeded(user.email)
     if (match.kind === 'recovery_code') this.deps.mailQueue.kick()
     const state = await this.raiseSession(principal, methodOf(match))
     await recordEvent(this.db, this.deps.clock, { type: 'mfa.step_up', userId: user.id, reason: input.method, context })
@@ -211,9 +264,8 @@ export class MfaService {
     const methods = await this.requiredMethods(principal.userId)
     if (!methods) return
     const state = await sessions.findAuthState(this.db, principal.sessionId)
-    const assurance = state && assuranceOf(state)
-    if (assurance && assurance.acr === 'aal2' && assurance.authTime >= this.deps.clock.now() - this.deps.stepUpMs) return
-    throw new AppError('MFA_REQUIRED', { message: 'This action needs a second factor verified in the last minutes.', mfa: { step_up: true, methods } })
+    if (state && this.isRecent(state)) return
+    throw this.stepUpRequired(methods)
   }
 
   async list(principal: Principal) {
@@ -223,7 +275,7 @@ export class MfaService {
 
   /** An unconfirmed TOTP factor: the secret is shown this once; it counts only once confirmed. */
   async enrolTotp(principal: Principal, name: string | undefined, context: RequestContext) {
-    const user = await this.user(principal.userId)
+    const user = await this.userAddingFactor(principal.userId)
     const now = this.deps.clock.now()
     if ((await factors.listConfirmed(this.db, user.id)).length >= MAX_FACTORS) throw new AppError('LIMIT_EXCEEDED', { message: `An account holds at most ${MAX_FACTORS} second factors.` })
     const id = randomUUID()
@@ -253,15 +305,15 @@ export class MfaService {
    * brings ten recovery codes, shown once.
    */
   async confirmTotp(principal: Principal, factorId: string, code: string, context: RequestContext) {
-    const user = await this.user(principal.userId)
+    const user = await this.userAddingFactor(principal.userId)
     const now = this.deps.clock.now()
     const factor = isUuid(factorId) ? await factors.findOwned(this.db, user.id, factorId) : null
     if (!factor || factor.type !== 'totp' || factor.confirmed_at !== null || factor.created_at < now - ENROLMENT_TTL_MS) throw new AppError('NOT_FOUND')
     const step = totpStep(this.deps.sealer.open(factor.secret!, secretAad(factor.id)), code, now)
     if (step === null) throw new AppError('INVALID_MFA_CODE')
     const result = await this.db.transaction().execute(async (trx) => {
+      const first = await this.admitNewFactor(trx, principal, factor.id)
       if (!(await factors.confirm(trx, user.id, factor.id, step, now))) throw new AppError('NOT_FOUND')
-      const first = (await factors.listConfirmed(trx, user.id)).length === 1
       const codes = first ? await this.issueRecoveryCodes(trx, user.id, context) : undefined
       await recordEvent(trx, this.deps.clock, { type: 'mfa.factor_added', userId: user.id, reason: 'totp', context })
       await this.notify(trx, user, 'A sign-in method was added to your account', `An authenticator app ("${factor.name}") was added as a second factor to your ${this.deps.brand.appName} account.`)
@@ -274,7 +326,7 @@ export class MfaService {
 
   /** Registration's options (API.md, Passkeys): a challenge bound to this account and session, the account's passkeys excluded. */
   async passkeyRegistrationOptions(principal: Principal) {
-    const user = await this.user(principal.userId)
+    const user = await this.userAddingFactor(principal.userId)
     const existing = (await factors.listConfirmed(this.db, user.id)).filter((f) => f.type === 'passkey').map(storedPasskey)
     const { options } = await this.ceremonies.begin('register', { userId: user.id, binding: principal.sessionId }, (challenge) => this.deps.rp.creationOptions(user, existing, challenge))
     return { options }
@@ -287,7 +339,7 @@ export class MfaService {
    * VALIDATION_ERROR naming why, and nothing is stored.
    */
   async registerPasskey(principal: Principal, input: { credential: RegistrationCredential; name?: string | undefined }, context: RequestContext) {
-    const user = await this.user(principal.userId)
+    const user = await this.userAddingFactor(principal.userId)
     const refused = (reason: string) => new AppError('VALIDATION_ERROR', { message: `The passkey was not registered: ${reason}.`, details: [{ field: 'credential', message: reason }] })
     const ceremony = await this.ceremonies.find(input.credential, 'register', { userId: user.id, binding: principal.sessionId })
     if (!ceremony) throw refused('the challenge is unknown, used, expired or not this session\'s')
@@ -321,8 +373,8 @@ export class MfaService {
     }
     const result = await this.db.transaction().execute(async (trx) => {
       if (!(await ceremonies.consume(trx, ceremony.row.id, now))) throw refused('the challenge was used meanwhile')
+      const first = await this.admitNewFactor(trx, principal, null)
       await factors.insert(trx, row)
-      const first = (await factors.listConfirmed(trx, user.id)).length === 1
       const codes = first ? await this.issueRecoveryCodes(trx, user.id, context) : undefined
       await recordEvent(trx, this.deps.clock, { type: 'mfa.factor_added', userId: user.id, reason: 'passkey', context })
       await this.notify(trx, user, 'A sign-in method was added to your account', `A passkey ("${row.name}") was added to your ${this.deps.brand.appName} account. It signs you in without a password and serves as a second factor.`)
@@ -347,7 +399,6 @@ export class MfaService {
    */
   async loginWithPasskey(input: { challenge_id: string; credential: AssertionCredential }, context: RequestContext): Promise<LoginBody> {
     const failed = async (user: UserRow | null, reason: string) => {
-      if (user) await this.deps.limits.loginFailed(user.email)
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user?.id ?? null, reason, context })
       return new AppError('INVALID_CREDENTIALS')
     }
@@ -356,7 +407,8 @@ export class MfaService {
     const factor = await factors.findPasskey(this.db, input.credential.id)
     const user = factor && (await users.findById(this.db, factor.user_id))
     if (!factor || !user) throw await failed(null, 'passkey_unknown')
-    await this.deps.limits.assertLoginAllowed(user.email)
+    // Counted before the signature is judged; a completed login clears it.
+    await this.deps.limits.claimLoginAttempt(user.email)
     // The handle the authenticator keeps is the account id registration gave it.
     const handle = input.credential.response.userHandle
     if (handle && handle !== userHandleOf(user.id)) throw await failed(user, 'passkey_wrong_user')
@@ -368,10 +420,13 @@ export class MfaService {
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: (error as AppError).code === 'ACCOUNT_DISABLED' ? 'account_disabled' : 'email_not_verified', context })
       throw error
     }
-    const body = await this.deps.sessions.open(user.id, PASSKEY_LOGIN, context, { type: 'login.succeeded', reason: 'passkey' }, async (trx) => {
-      const now = this.deps.clock.now()
-      const used = (await ceremonies.consume(trx, ceremony.row.id, now)) && (await factors.advanceCounter(trx, factor.id, factor.sign_count ?? 0, seen.counter, seen.backedUp, now))
-      if (!used) throw new AppError('INVALID_CREDENTIALS')
+    const body = await this.deps.sessions.open(user, PASSKEY_LOGIN, context, {
+      audit: { type: 'login.succeeded', reason: 'passkey' },
+      alsoInTransaction: async (trx) => {
+        const now = this.deps.clock.now()
+        const used = (await ceremonies.consume(trx, ceremony.row.id, now)) && (await factors.advanceCounter(trx, factor.id, factor.sign_count ?? 0, seen.counter, seen.backedUp, now))
+        if (!used) throw new AppError('INVALID_CREDENTIALS')
+      },
     })
     await this.deps.limits.loginSucceeded(user.email)
     return body
@@ -411,6 +466,8 @@ export class MfaService {
     const factor = isUuid(factorId) ? await factors.findOwned(this.db, user.id, factorId) : null
     if (!factor) throw new AppError('NOT_FOUND')
     await this.db.transaction().execute(async (trx) => {
+      await users.lockRow(trx, user.id)
+      if (factor.type === 'passkey' && factor.confirmed_at !== null && !(await this.otherWayIn(trx, user.id, factor.id))) throw new AppError('LAST_SIGN_IN_METHOD')
       if (!(await factors.delete(trx, user.id, factor.id))) throw new AppError('NOT_FOUND')
       if (factor.confirmed_at === null) return
       if ((await factors.listConfirmed(trx, user.id)).length === 0) await recoveryCodes.deleteAllOf(trx, user.id)
@@ -419,6 +476,14 @@ export class MfaService {
     })
     this.deps.mailQueue.kick()
     return { id: factor.id, deleted: true as const }
+  }
+
+  /** Whether the account keeps a way in without this passkey: a password, another passkey or a linked identity (read with its row locked). */
+  private async otherWayIn(trx: Db['kysely'], userId: string, passkeyId: string): Promise<boolean> {
+    const account = await users.findById(trx, userId)
+    if (account && account.password_hash !== NO_PASSWORD) return true
+    if ((await factors.listConfirmed(trx, userId)).some((f) => f.type === 'passkey' && f.id !== passkeyId)) return true
+    return this.deps.hasIdentity(trx, userId)
   }
 
   /** A new set of ten; the old set dies. Only for an account with a second factor. */
@@ -430,8 +495,8 @@ export class MfaService {
   }
 
   /** Whether the account holds a passkey (a way in of its own, for the identity module's LAST_SIGN_IN_METHOD). */
-  async hasPasskey(userId: string): Promise<boolean> {
-    return (await factors.listConfirmed(this.db, userId)).some((factor) => factor.type === 'passkey')
+  async hasPasskey(userId: string, trx: Db['kysely'] = this.db): Promise<boolean> {
+    return (await factors.listConfirmed(trx, userId)).some((factor) => factor.type === 'passkey')
   }
 
   /** What export and the admin view show: the confirmed factors, never a secret. */
@@ -524,8 +589,8 @@ export class MfaService {
     return true
   }
 
+  /** A wrong code (already counted against the account before it was judged): audited. */
   private async wrongCode(user: UserRow, context: RequestContext, step: 'login' | 'step_up'): Promise<AppError> {
-    await this.deps.limits.loginFailed(user.email)
     await recordEvent(this.db, this.deps.clock, { type: 'mfa.verify_failed', userId: user.id, reason: step, context })
     return new AppError('INVALID_MFA_CODE')
   }
@@ -570,6 +635,16 @@ export async function rewrapTotpSecrets(trx: Db['kysely'], from: KeySealer, to: 
     rewrapped++
   }
   return rewrapped
+}
+
+/**
+ * The account's sessions end (src/auth/sign-out.ts): its mfa_tokens, unconfirmed enrolments and
+ * WebAuthn challenges end too, so nothing started before can finish afterwards.
+ */
+export async function endPendingMfaProofs(trx: Db['kysely'], userId: string): Promise<void> {
+  await challenges.deleteAllOf(trx, userId)
+  await ceremonies.deleteAllOf(trx, userId)
+  await factors.deleteUnconfirmed(trx, userId)
 }
 
 /**

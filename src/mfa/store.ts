@@ -96,6 +96,13 @@ export const factors = {
     await db.deleteFrom('mfa_factors').where('user_id', '=', userId).where('confirmed_at', 'is', null).where('created_at', '<', before).execute()
   },
 
+  /** Every enrolment of the account not yet confirmed (TOTP secrets shown but never proven), but `keep`. */
+  async deleteUnconfirmed(db: Executor, userId: string, keep: string | null = null): Promise<void> {
+    let query = db.deleteFrom('mfa_factors').where('user_id', '=', userId).where('confirmed_at', 'is', null)
+    if (keep !== null) query = query.where('id', '!=', keep)
+    await query.execute()
+  },
+
   async deleteAllOf(db: Executor, userId: string): Promise<number> {
     return Number((await db.deleteFrom('mfa_factors').where('user_id', '=', userId).executeTakeFirst()).numDeletedRows)
   },
@@ -167,11 +174,29 @@ export const challenges = {
     )
   },
 
-  async fail(db: Executor, hash: string): Promise<void> {
-    await db.updateTable('mfa_challenges').set((eb) => ({ failures: eb('failures', '+', 1) })).where('token_hash', '=', hash).execute()
+  /**
+   * Counts one attempt on a live token before it is judged, in one conditional statement: of N
+   * attempts sent at once at most MAX_CHALLENGE_FAILURES get through, whatever the engine. False
+   * when the token is unknown, used, expired or out of attempts. (`failures` counts attempts; the
+   * right one uses the token up, so every counted attempt but that one was a failure.)
+   */
+  async claimAttempt(db: Executor, hash: string, now: number): Promise<boolean> {
+    const row = await db
+      .updateTable('mfa_challenges')
+      .set((eb) => ({ failures: eb('failures', '+', 1) }))
+      .where('token_hash', '=', hash)
+      .where('used_at', 'is', null)
+      .where('expires_at', '>', now)
+      .where('failures', '<', MAX_CHALLENGE_FAILURES)
+      .returning('token_hash')
+      .executeTakeFirst()
+    return row !== undefined
   },
 
-  /** Uses the token up, if it is still live: of two racing verifications exactly one gets here first. */
+  /**
+   * Uses the token up, if it is still unused and unexpired: of two racing verifications exactly one
+   * gets here first. Its attempt was counted by claimAttempt, which already let it through.
+   */
   async consume(db: Executor, hash: string, now: number): Promise<boolean> {
     const result = await db
       .updateTable('mfa_challenges')
@@ -179,7 +204,6 @@ export const challenges = {
       .where('token_hash', '=', hash)
       .where('used_at', 'is', null)
       .where('expires_at', '>', now)
-      .where('failures', '<', MAX_CHALLENGE_FAILURES)
       .executeTakeFirst()
     return result.numUpdatedRows > 0n
   },
@@ -228,6 +252,11 @@ export const ceremonies = {
 
   async deleteAllOf(db: Executor, userId: string): Promise<void> {
     await db.deleteFrom('webauthn_challenges').where('user_id', '=', userId).execute()
+  },
+
+  /** The account's passkey registrations under way. */
+  async deleteRegistrations(db: Executor, userId: string): Promise<void> {
+    await db.deleteFrom('webauthn_challenges').where('user_id', '=', userId).where('purpose', '=', 'register').execute()
   },
 
   /** Retention: up to `limit` challenges that expired before `before`. */

@@ -53,9 +53,10 @@ export async function publicOidcRoutes(fastify: FastifyInstance, oidc: OidcServi
   app.get('/auth/oidc/:name/start', {
     // A flow row per call: counted with logins, so no one fills the table from one address.
     onRequest: limitByIp(limits, 'login'),
-    schema: { tags, operationId: 'startOidc', description: 'A 302 to the provider (or back to redirect_to with error=provider_unavailable), setting the portcullis_oidc cookie.', params: ProviderParams, querystring: StartQuery },
+    schema: { tags, operationId: 'startOidc', description: 'A 302 to the provider (or back to redirect_to with error=provider_unavailable), setting the portcullis_oidc cookie. With code_challenge (S256), the login code is exchanged only with its code_verifier; without, only with this browser\'s portcullis_oidc cookie.', params: ProviderParams, querystring: StartQuery },
   }, async (request, reply) => {
-    const { location, browser } = await oidc.start(request.params.name, request.query.redirect_to, flowCookieOf(request))
+    const { redirect_to: redirectTo, code_challenge: codeChallenge, code_challenge_method: codeChallengeMethod } = request.query
+    const { location, browser } = await oidc.start(request.params.name, { redirectTo, codeChallenge, codeChallengeMethod }, flowCookieOf(request))
     setFlowCookie(reply, browser, options)
     return reply.redirect(location, 302)
   })
@@ -82,7 +83,10 @@ export async function publicOidcRoutes(fastify: FastifyInstance, oidc: OidcServi
   }, async (request, reply) => {
     const cookieMode = cookies.requested(request)
     if (cookieMode) cookies.assertOriginAllowed(request)
-    const body = await oidc.exchange(request.body.code, cookieMode ? 'cookie' : 'body', requestContext(request))
+    // The flow cookie's path covers this route, so a same-site application's exchange carries it:
+    // the proof for a flow started without a code_challenge.
+    const exchange = { code: request.body.code, codeVerifier: request.body.code_verifier, browser: flowCookieOf(request) }
+    const body = await oidc.exchange(exchange, cookieMode ? 'cookie' : 'body', requestContext(request))
     return ok(cookies.answerLogin(request, reply, body, cookieMode))
   })
 }
@@ -95,7 +99,7 @@ export async function protectedOidcRoutes(fastify: FastifyInstance, oidc: OidcSe
     preHandler: recent,
     schema: { tags, security, operationId: 'linkOidc', params: ProviderParams, body: LinkBody, response: { 200: LinkStarted } },
   }, async (request, reply) => {
-    const { location, browser } = await oidc.start(request.params.name, request.body.redirect_to, flowCookieOf(request), principalOf(request))
+    const { location, browser } = await oidc.start(request.params.name, { redirectTo: request.body.redirect_to }, flowCookieOf(request), principalOf(request))
     setFlowCookie(reply, browser, options)
     return ok({ authorization_url: location })
   })

@@ -1,18 +1,21 @@
-import { createHmac, randomBytes, randomUUID } from 'node:crypto'
+import { createHash, createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto'
 import { jwtVerify } from 'jose'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
+import { normaliseEmail } from '../auth/input.ts'
 import type { KeySealer } from '../auth/key-encryption.ts'
 import { NO_PASSWORD } from '../auth/passwords.ts'
 import type { AuthService, Principal, SecondFactorSeam } from '../auth/service.ts'
 import type { LoginBody, SessionOpener, SignIn } from '../auth/sessions.ts'
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
-import { users, type UserRow } from '../db/repositories.ts'
+import { sessions, users, type UserRow } from '../db/repositories.ts'
 import { AppError } from '../errors.ts'
 import type { Logger } from '../logger.ts'
+import type { MailQueue } from '../mail/queue.ts'
+import { identityLinkedMail, type MailBrand } from '../mail/templates.ts'
 import { isUuid } from '../text.ts'
 import { openidClient, type OidcProviders, type Provider } from './providers.ts'
-import { flows, identities, loginCodes, type FlowRow, type IdentityRow } from './store.ts'
+import { flows, identities, loginCodes, type FlowRow, type IdentityRow, type UsedLoginCode } from './store.ts'
 
 /** A flow's life between start and callback (API.md). */
 export const FLOW_TTL_MS = 10 * 60_000
@@ -20,6 +23,8 @@ export const FLOW_TTL_MS = 10 * 60_000
 export const LOGIN_CODE_TTL_MS = 60_000
 /** A sign-in through a provider: the provider vouched, nothing more (API.md, Tokens). */
 const FEDERATED: SignIn = { amr: ['fed'], acr: 'aal1' }
+/** RFC 7636 §4.1: a code_verifier is 43-128 characters of this alphabet. */
+const CODE_VERIFIER = /^[A-Za-z0-9._~-]{43,128}$/
 
 /** The `error` values a callback sends the browser back with (API.md). */
 export type CallbackError =
@@ -53,8 +58,11 @@ export interface OidcDeps {
   auth: Pick<AuthService, 'registerFederated'>
   sessions: SessionOpener
   secondFactor: SecondFactorSeam
-  /** Whether the account holds a passkey: one of the ways in LAST_SIGN_IN_METHOD counts. */
-  hasPasskey(userId: string): Promise<boolean>
+  /** Whether the account holds a passkey: one of the ways in LAST_SIGN_IN_METHOD counts (read in `trx` when given). */
+  hasPasskey(userId: string, trx?: Db['kysely']): Promise<boolean>
+  /** The durable mail queue: a new link tells the user, in the link's own transaction. */
+  mailQueue: MailQueue
+  brand: MailBrand
   logger: Logger
   /** PUBLIC_URL + BASE_PATH: the callback URL is `{this}/auth/oidc/{name}/callback`. */
   apiUrl: string
@@ -71,6 +79,28 @@ function view(row: IdentityRow): IdentityView {
 /** Verified means true, or the string "true" (Apple sends strings). */
 function claimsVerified(value: unknown): boolean {
   return value === true || value === 'true'
+}
+
+/** Equal strings, compared in constant time. */
+function same(a: string, b: string): boolean {
+  const left = Buffer.from(a)
+  const right = Buffer.from(b)
+  return left.length === right.length && timingSafeEqual(left, right)
+}
+
+/** What the application asked of the login code at start: an RFC 7636 S256 challenge, or nothing. */
+export interface StartRequest {
+  redirectTo: string
+  codeChallenge?: string | undefined
+  codeChallengeMethod?: string | undefined
+}
+
+/** What an exchange presents: the code, and the proof its start asked for. */
+export interface ExchangeRequest {
+  code: string
+  codeVerifier?: string | undefined
+  /** The `portcullis_oidc` cookie the request carried. */
+  browser?: string | undefined
 }
 
 /** A refusal the callback turns into `?error=` on the flow's redirect_to. */
@@ -133,13 +163,36 @@ export class OidcService {
   }
 
   /**
-   * Starts a flow: state, nonce and PKCE verifier kept here (10 minutes, single-use), bound to the
-   * browser's `portcullis_oidc` cookie (`browser`, made if the browser has none). Answers where to
-   * send the browser: the provider, or back with `error=provider_unavailable`.
+   * A challenge and its method come together or not at all (API.md): a method without a challenge,
+   * or a challenge without S256, would leave the application believing its code is bound when it is not.
    */
-  async start(name: string, redirectTo: string, browser: string | undefined, link?: Principal): Promise<{ location: string; browser: string }> {
+  private challengeOf(request: StartRequest): string | null {
+    const { codeChallenge, codeChallengeMethod } = request
+    if (codeChallenge === undefined && codeChallengeMethod === undefined) return null
+    if (codeChallenge === undefined || codeChallengeMethod !== 'S256' || !/^[A-Za-z0-9_-]{43}$/.test(codeChallenge)) {
+      const field = codeChallenge === undefined ? 'code_challenge' : 'code_challenge_method'
+      throw new AppError('VALIDATION_ERROR', { message: 'code_challenge (43 base64url characters) and code_challenge_method=S256 go together.', details: [{ field, message: codeChallenge === undefined ? 'is required with code_challenge_method' : 'must be S256' }] })
+    }
+    return codeChallenge
+  }
+
+  /**
+   * Starts a flow: state, nonce and PKCE verifier kept here (10 minutes, single-use), bound to the
+   * browser's `portcullis_oidc` cookie (`browser`, made if the browser has none). A sign-in keeps
+   * the application's code_challenge for its login code; a link keeps the session that asked, and
+   * needs a verified address (a stranger who registered someone else's address must not leave a
+   * provider identity behind that survives the owner's password reset). Answers where to send the
+   * browser: the provider, or back with `error=provider_unavailable`.
+   */
+  async start(name: string, request: StartRequest, browser: string | undefined, link?: Principal): Promise<{ location: string; browser: string }> {
     const provider = this.provider(name)
-    const target = this.allowedRedirect(redirectTo)
+    const target = this.allowedRedirect(request.redirectTo)
+    const challenge = link ? null : this.challengeOf(request)
+    if (link) {
+      const user = await users.findById(this.db, link.userId)
+      if (!user) throw new AppError('INVALID_TOKEN')
+      if (user.email_verified_at === null) throw new AppError('EMAIL_NOT_VERIFIED')
+    }
     const cookie = browser && /^[A-Za-z0-9_-]{43}$/.test(browser) ? browser : randomBytes(32).toString('base64url')
     if (!provider.client) return { location: withParams(target, { error: 'provider_unavailable' }), browser: cookie }
     const oidc = await openidClient()
@@ -157,6 +210,8 @@ export class OidcService {
       redirect_to: target,
       purpose: link ? 'link' : 'login',
       user_id: link?.userId ?? null,
+      code_challenge: challenge,
+      session_id: link?.sessionId ?? null,
       created_at: now,
       expires_at: now + FLOW_TTL_MS,
       used_at: null,
@@ -189,13 +244,26 @@ export class OidcService {
     try {
       const claims = await this.exchangeCode(provider, flow, rawQuery, query)
       if (flow.purpose === 'link') {
-        await this.link(provider, flow.user_id!, claims, context)
+        await this.link(provider, flow, claims, context)
         return { redirect: withParams(flow.redirect_to, { linked: name }) }
       }
       const user = await this.signInUser(provider, claims, context)
       const code = randomBytes(32).toString('base64url')
       const now = this.deps.clock.now()
-      await loginCodes.insert(this.db, { code_hash: this.mac('oidc_login_code', code), user_id: user.id, provider: name, created_at: now, expires_at: now + LOGIN_CODE_TTL_MS })
+      await loginCodes.insert(this.db, {
+        code_hash: this.mac('oidc_login_code', code),
+        user_id: user.id,
+        provider: name,
+        // The epoch the account was chosen under: a reset, logout-all or disable after this moves
+        // it, and the code can then open no session (src/auth/sessions.ts).
+        credential_epoch: user.credential_epoch,
+        // Whoever started the flow, and only they, can exchange the code (login CSRF): by the
+        // application's verifier when it sent a challenge, else by this browser's cookie.
+        code_challenge: flow.code_challenge,
+        browser_hash: flow.code_challenge === null ? flow.browser_hash : null,
+        created_at: now,
+        expires_at: now + LOGIN_CODE_TTL_MS,
+      })
       return { redirect: withParams(flow.redirect_to, { code }) }
     } catch (error) {
       const refusal = error instanceof CallbackRefused ? error : new CallbackRefused('server_error')
@@ -260,7 +328,9 @@ export class OidcService {
       return user
     }
     if (!claims.email || !claims.emailVerified) throw new CallbackRefused('email_not_verified')
-    const existing = await users.findByEmail(this.db, claims.email.trim().toLowerCase())
+    // The form every address is stored and compared in: a provider's NFD or upper-case spelling of
+    // an account's address finds that account, rather than passing it by.
+    const existing = await users.findByEmail(this.db, normaliseEmail(claims.email))
     if (existing) {
       // Both sides verified, or nothing: an account someone registered with this address but never
       // verified must not become reachable through the provider (pre-account takeover).
@@ -268,8 +338,9 @@ export class OidcService {
       this.assertUsable(existing)
       await this.db.transaction().execute(async (trx) => {
         await identities.insert(trx, { id: randomUUID(), user_id: existing.id, provider: name, subject: claims.sub, email: claims.email, created_at: now, last_used_at: now })
-        await recordEvent(trx, this.deps.clock, { type: 'oidc.linked', userId: existing.id, reason: name, context })
+        await this.linked(trx, existing, provider, context)
       })
+      this.deps.mailQueue.kick()
       return existing
     }
     try {
@@ -292,53 +363,110 @@ export class OidcService {
     }
   }
 
-  /** A signed-in user links a provider identity; one linked to someone else is account_exists. */
-  private async link(provider: Provider, userId: string, claims: { sub: string; email: string | null }, context: RequestContext): Promise<void> {
+  /**
+   * A signed-in user links a provider identity; one linked to someone else is account_exists. The
+   * link completes only while the session that asked for it is live and the account's sessions
+   * have not ended since (a stolen session revoked mid-flow, a password change, logout-all), and
+   * only for a verified address; each checked under the account's row lock, which every event that
+   * ends the account's sessions also takes, so none can slip in between the check and the link.
+   */
+  private async link(provider: Provider, flow: FlowRow, claims: { sub: string; email: string | null }, context: RequestContext): Promise<void> {
     const name = provider.config.name
-    const linked = await identities.find(this.db, name, claims.sub)
-    if (linked) {
-      if (linked.user_id !== userId) throw new CallbackRefused('account_exists')
-      return
-    }
+    const userId = flow.user_id!
     const now = this.deps.clock.now()
-    await this.db.transaction().execute(async (trx) => {
+    const added = await this.db.transaction().execute(async (trx) => {
+      if (!(await users.lockRow(trx, userId))) throw new CallbackRefused('access_denied', 'the account is gone')
+      const sessionId = await flows.sessionOf(trx, flow.state_hash)
+      const session = sessionId === null ? null : await sessions.findOwned(trx, userId, sessionId)
+      if (!session || session.revoked_at !== null || session.expires_at <= now) throw new CallbackRefused('access_denied', 'the session that started the link has ended')
+      const user = await users.findById(trx, userId)
+      if (!user) throw new CallbackRefused('access_denied', 'the account is gone')
+      if (user.email_verified_at === null) throw new CallbackRefused('email_not_verified')
+      const linked = await identities.find(trx, name, claims.sub)
+      if (linked) {
+        if (linked.user_id !== userId) throw new CallbackRefused('account_exists')
+        return false
+      }
       await identities.insert(trx, { id: randomUUID(), user_id: userId, provider: name, subject: claims.sub, email: claims.email, created_at: now, last_used_at: null })
-      await recordEvent(trx, this.deps.clock, { type: 'oidc.linked', userId, reason: name, context })
+      await this.linked(trx, user, provider, context)
+      return true
     })
+    if (added) this.deps.mailQueue.kick()
+  }
+
+  /** A new link is never silent: the audit event, and a mail to the user naming the provider (API.md). */
+  private async linked(trx: Db['kysely'], user: UserRow, provider: Provider, context: RequestContext): Promise<void> {
+    await recordEvent(trx, this.deps.clock, { type: 'oidc.linked', userId: user.id, reason: provider.config.name, context })
+    await this.deps.mailQueue.enqueue(trx, { userId: user.id, kind: 'security_notice', message: identityLinkedMail(this.deps.brand, user.email, provider.config.label) })
   }
 
   /**
-   * The login code for a session: single-use, 60 seconds. An account with a second factor gets
-   * MFA_REQUIRED exactly as after a password, the provider counting as the first step.
+   * The login code for a session: single-use, 60 seconds, and only with the proof its start asked
+   * for (the verifier of its code_challenge, else the starting browser's cookie): a code someone
+   * else's sign-in produced, planted in this browser, opens nothing (login CSRF). The code is spent
+   * before the proof is judged, so a wrong proof kills it. The session opens only under the epoch
+   * the callback chose the account at. An account with a second factor gets MFA_REQUIRED exactly
+   * as after a password, the provider counting as the first step.
    */
-  async exchange(code: string, transport: 'body' | 'cookie', context: RequestContext): Promise<LoginBody> {
-    const used = await loginCodes.consume(this.db, this.mac('oidc_login_code', code), this.deps.clock.now())
-    const user = used && (await users.findById(this.db, used.user_id))
-    if (!used || !user) throw new AppError('INVALID_CREDENTIALS')
+  async exchange(request: ExchangeRequest, transport: 'body' | 'cookie', context: RequestContext): Promise<LoginBody> {
+    const used = await loginCodes.consume(this.db, this.mac('oidc_login_code', request.code), this.deps.clock.now())
+    if (!used) throw new AppError('INVALID_CREDENTIALS')
+    if (!this.proves(used, request)) {
+      await recordEvent(this.db, this.deps.clock, { type: 'oidc.refused', userId: used.user_id, reason: `${used.provider}: login_code_proof`, context })
+      throw new AppError('INVALID_CREDENTIALS')
+    }
+    const user = await users.findById(this.db, used.user_id)
+    // Its sessions ended after the callback (or while it ran): the code died with them.
+    if (!user || user.credential_epoch !== used.credential_epoch) throw new AppError('INVALID_CREDENTIALS')
     this.deps.sessions.assertMayOpen(user)
+    const subject = { id: user.id, credential_epoch: used.credential_epoch }
     const methods = await this.deps.secondFactor.requiredMethods(user.id)
-    if (methods) throw await this.deps.secondFactor.challenge(user.id, methods, FEDERATED, transport, context)
-    return this.deps.sessions.open(user.id, FEDERATED, context, { type: 'login.succeeded', reason: `oidc:${used.provider}` })
+    if (methods) throw await this.deps.secondFactor.challenge(subject, methods, FEDERATED, transport, context)
+    return this.deps.sessions.open(subject, FEDERATED, context, { audit: { type: 'login.succeeded', reason: `oidc:${used.provider}` } })
+  }
+
+  /**
+   * The proof the flow's start asked for, and no other: a verifier whose S256 is the challenge, or,
+   * for a flow started without one, the starting browser's cookie and no verifier.
+   */
+  private proves(used: UsedLoginCode, request: ExchangeRequest): boolean {
+    if (used.code_challenge !== null) {
+      const verifier = request.codeVerifier
+      return verifier !== undefined && CODE_VERIFIER.test(verifier) && same(createHash('sha256').update(verifier).digest('base64url'), used.code_challenge)
+    }
+    return request.codeVerifier === undefined && request.browser !== undefined && used.browser_hash !== null && same(this.mac('oidc_browser', request.browser), used.browser_hash)
+  }
+
+  /** Whether the account has a linked identity, read in the caller's transaction (a way in, for LAST_SIGN_IN_METHOD). */
+  async hasIdentity(trx: Db['kysely'], userId: string): Promise<boolean> {
+    return identities.existsFor(trx, userId)
   }
 
   async list(userId: string) {
     return { identities: (await identities.listOf(this.db, userId)).map(view) }
   }
 
-  /** Unlinks, unless it would leave the account with no password, passkey or other identity. */
+  /**
+   * Unlinks, unless it would leave the account with no password, passkey or other identity. The
+   * ways in are counted under the account's row lock (taken first, before any read), so two
+   * unlinks at once, or an unlink and a passkey removal (which takes the same lock), are judged one
+   * after the other and cannot each leave the other as the last way in and then remove it too.
+   */
   async unlink(principal: Principal, id: string, context: RequestContext) {
-    const linked = isUuid(id) ? await identities.listOf(this.db, principal.userId) : []
-    const own = linked.find((row) => row.id === id)
-    if (!own) throw new AppError('NOT_FOUND')
-    const user = await users.findById(this.db, principal.userId)
-    if (!user) throw new AppError('INVALID_TOKEN')
-    const others = linked.length - 1
-    if (user.password_hash === NO_PASSWORD && others === 0 && !(await this.deps.hasPasskey(user.id))) throw new AppError('LAST_SIGN_IN_METHOD')
-    await this.db.transaction().execute(async (trx) => {
+    if (!isUuid(id)) throw new AppError('NOT_FOUND')
+    const removed = await this.db.transaction().execute(async (trx) => {
+      if (!(await users.lockRow(trx, principal.userId))) throw new AppError('INVALID_TOKEN')
+      const user = await users.findById(trx, principal.userId)
+      if (!user) throw new AppError('INVALID_TOKEN')
+      const linked = await identities.listOf(trx, user.id)
+      const own = linked.find((row) => row.id === id)
+      if (!own) throw new AppError('NOT_FOUND')
+      if (user.password_hash === NO_PASSWORD && linked.length === 1 && !(await this.deps.hasPasskey(user.id, trx))) throw new AppError('LAST_SIGN_IN_METHOD')
       if (!(await identities.delete(trx, user.id, own.id))) throw new AppError('NOT_FOUND')
       await recordEvent(trx, this.deps.clock, { type: 'oidc.unlinked', userId: user.id, reason: own.provider, context })
+      return own
     })
-    return { id: own.id, deleted: true as const }
+    return { id: removed.id, deleted: true as const }
   }
 }
 
@@ -347,4 +475,14 @@ function withParams(url: string, params: Record<string, string>): string {
   const target = new URL(url)
   for (const [key, value] of Object.entries(params)) target.searchParams.set(key, value)
   return target.toString()
+}
+
+/**
+ * The account's sessions end (src/auth/sign-out.ts): its login codes die (an exchange then answers
+ * as for an unknown code), and its link flows are cut from their sessions, so their callbacks
+ * answer `error=access_denied` at redirect_to.
+ */
+export async function endPendingOidcProofs(trx: Db['kysely'], userId: string): Promise<void> {
+  await loginCodes.deleteAllOf(trx, userId)
+  await flows.endLinksOf(trx, userId)
 }

@@ -1,14 +1,21 @@
 import type { Kysely, Selectable } from 'kysely'
-import type { Database, OidcFlowsTable, UserIdentitiesTable } from '../db/schema.ts'
+import type { Database, OidcFlowsTable, OidcLoginCodesTable, UserIdentitiesTable } from '../db/schema.ts'
 
 /** The identity-provider module's storage calls (tables user_identities, oidc_flows, oidc_login_codes). */
 type Executor = Kysely<Database>
 export type IdentityRow = Selectable<UserIdentitiesTable>
 export type FlowRow = Selectable<OidcFlowsTable>
+export type LoginCodeRow = Selectable<OidcLoginCodesTable>
+/** What a used login code answers: the account and epoch it was made for, and the proof its exchange owes. */
+export type UsedLoginCode = Pick<LoginCodeRow, 'user_id' | 'provider' | 'credential_epoch' | 'code_challenge' | 'browser_hash'>
 
 export const identities = {
   async find(db: Executor, provider: string, subject: string): Promise<IdentityRow | null> {
     return (await db.selectFrom('user_identities').selectAll().where('provider', '=', provider).where('subject', '=', subject).executeTakeFirst()) ?? null
+  },
+
+  async existsFor(db: Executor, userId: string): Promise<boolean> {
+    return (await db.selectFrom('user_identities').select('id').where('user_id', '=', userId).limit(1).executeTakeFirst()) !== undefined
   },
 
   async listOf(db: Executor, userId: string): Promise<IdentityRow[]> {
@@ -49,6 +56,20 @@ export const flows = {
     return used.numUpdatedRows > 0n ? row : null
   },
 
+  /**
+   * Ends the account's link flows (a login flow belongs to no account until its callback) by
+   * cutting them from their session rather than deleting them: the callback still finds the flow,
+   * so it can answer `error=access_denied` at its redirect_to instead of a dead end.
+   */
+  async endLinksOf(db: Executor, userId: string): Promise<void> {
+    await db.updateTable('oidc_flows').set({ session_id: null }).where('user_id', '=', userId).where('session_id', 'is not', null).execute()
+  },
+
+  /** The session a link flow is still bound to (null once the account's sessions ended). */
+  async sessionOf(db: Executor, stateHash: string): Promise<string | null> {
+    return (await db.selectFrom('oidc_flows').select('session_id').where('state_hash', '=', stateHash).executeTakeFirst())?.session_id ?? null
+  },
+
   /** Retention: up to `limit` flows that expired before `before`. */
   async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {
     const expired = db.selectFrom('oidc_flows').select('state_hash').where('expires_at', '<', before).limit(limit)
@@ -57,22 +78,28 @@ export const flows = {
 }
 
 export const loginCodes = {
-  async insert(db: Executor, row: { code_hash: string; user_id: string; provider: string; created_at: number; expires_at: number }): Promise<void> {
+  async insert(db: Executor, row: Omit<LoginCodeRow, 'used_at'>): Promise<void> {
     await db.insertInto('oidc_login_codes').values({ ...row, used_at: null }).execute()
   },
 
-  /** Uses a code up, if it is live: the account and provider it was made for, or null. */
-  async consume(db: Executor, hash: string, now: number): Promise<{ user_id: string; provider: string } | null> {
-    const row = await db.selectFrom('oidc_login_codes').select(['user_id', 'provider', 'used_at', 'expires_at']).where('code_hash', '=', hash).executeTakeFirst()
-    if (!row || row.used_at !== null || row.expires_at <= now) return null
+  /**
+   * Uses a code up, if it is live, in one conditional statement: of two exchanges at once exactly
+   * one gets it, and it is spent before its proof is judged, so a wrong proof leaves it dead.
+   */
+  async consume(db: Executor, hash: string, now: number): Promise<UsedLoginCode | null> {
     const used = await db
       .updateTable('oidc_login_codes')
       .set({ used_at: now })
       .where('code_hash', '=', hash)
       .where('used_at', 'is', null)
       .where('expires_at', '>', now)
+      .returning(['user_id', 'provider', 'credential_epoch', 'code_challenge', 'browser_hash'])
       .executeTakeFirst()
-    return used.numUpdatedRows > 0n ? { user_id: row.user_id, provider: row.provider } : null
+    return used ?? null
+  },
+
+  async deleteAllOf(db: Executor, userId: string): Promise<void> {
+    await db.deleteFrom('oidc_login_codes').where('user_id', '=', userId).execute()
   },
 
   async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {

@@ -13,7 +13,8 @@ import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.t
  * using the typed client sends Chromium to the service, the service to a real OpenID provider on
  * loopback, whose own login form the test fills in; the provider sends the browser back through the
  * service's callback (the portcullis_oidc cookie coming along) to the application with a one-time
- * code, which the client exchanges for a session in cookie mode.
+ * code, which the client exchanges for a session in cookie mode, with the PKCE verifier it kept in
+ * the tab's sessionStorage when it started the flow.
  */
 describe('sign-in with an identity provider in Chromium', () => {
   let browser: Browser
@@ -54,7 +55,7 @@ describe('sign-in with an identity provider in Chromium', () => {
         await provider?.close()
       })
 
-      test('Continue with the provider: its login page, back to the app with a code, exchanged for a cookie-mode session; another browser gets the refusal page', async (testContext) => {
+      test('Continue with the provider: its login page, back to the app with a code, exchanged with the tab\'s PKCE verifier for a cookie-mode session; another browser gets the refusal page', async (testContext) => {
         const email = uniqueEmail('browser-oidc')
         provider.addAccount({ sub: `browser-${engine}`, email, email_verified: true, name: 'Browser User' })
         const context = await browser.newContext()
@@ -66,6 +67,12 @@ describe('sign-in with an identity provider in Chromium', () => {
           assert.deepEqual(providers.providers.map((p) => [p.name, p.available]), [['test', true]])
 
           const start = (await page.evaluate(`client.startOidc('test', location.origin + '/?signed-in=1')`)) as string
+          // The login code will be bound to this tab: the challenge goes to the service, the verifier stays in sessionStorage.
+          const startUrl = new URL(start)
+          assert.equal(startUrl.searchParams.get('code_challenge_method'), 'S256')
+          assert.match(startUrl.searchParams.get('code_challenge') ?? '', /^[A-Za-z0-9_-]{43}$/)
+          const verifiers = `Object.keys(sessionStorage).filter((key) => key.startsWith('portcullis.oidc.code_verifier')).length`
+          assert.equal(await page.evaluate(verifiers), 1)
           await page.goto(start)
           assert.equal(new URL(page.url()).origin, provider.issuer, 'at the provider')
           await page.fill('input[name=sub]', `browser-${engine}`)
@@ -78,6 +85,7 @@ describe('sign-in with an identity provider in Chromium', () => {
           await page.waitForFunction('window.ready === true')
           const session = (await page.evaluate(`client.exchangeOidcCode(${JSON.stringify(loginCode)})`)) as { access_token: string; refresh_token?: string }
           assert.equal(session.refresh_token, undefined, 'cookie mode')
+          assert.equal(await page.evaluate(verifiers), 0, 'the verifier served its one exchange (it survived the trip through the provider)')
           assert.deepEqual(decodeJwt(session.access_token).amr, ['fed'])
           assert.equal(await page.evaluate('client.me().then((me) => me.email)'), email)
           // All of them: a URL would filter by path, and these live under the API's /api/v1/auth paths.

@@ -360,6 +360,17 @@ for (const engine of ENGINES) {
       assert.throws(() => new PortcullisClient({ baseUrl, transport: 'cookie', storage }), TypeError)
     })
 
+    test('outside a browser the default stays the body transport, without a warning', async (ctx) => {
+      const warn = ctx.mock.method(console, 'warn', () => {})
+      const client = newClient()
+      const email = uniqueEmail('node-default')
+      await client.register({ email, password: PASSWORD, full_name: 'Node' })
+      await client.verifyEmail(tokenFromMail(await t.mail.next(email)))
+      const login = await client.login({ email, password: PASSWORD })
+      assert.ok('refresh_token' in login, 'a Node program holds its refresh token')
+      assert.equal(warn.mock.callCount(), 0)
+    })
+
     describe('client.fetch for an application\'s own API that verifies tokens with the JWKS', () => {
       let api: Server
       let apiUrl: string
@@ -385,7 +396,7 @@ for (const engine of ENGINES) {
       })
 
       test('attaches the token, and on TOKEN_EXPIRED refreshes once and repeats once', async () => {
-        const { client } = await loggedIn()
+        const { client } = await loggedIn({ tokenOrigins: [new URL(apiUrl).origin] })
         const me = await client.me()
         const ok = await client.fetch(apiUrl)
         assert.equal(ok.status, 200)
@@ -394,8 +405,51 @@ for (const engine of ENGINES) {
         const again = await withExpiredAccess(() => client.fetch(apiUrl, { method: 'POST', body: 'kept for the repeat' }))
         assert.equal(again.status, 200)
         assert.equal(refreshes() - before, 1)
-        const anonymous = await newClient().fetch(apiUrl)
+        const anonymous = await newClient({ tokenOrigins: [new URL(apiUrl).origin] }).fetch(apiUrl)
         assert.equal(anonymous.status, 401, 'another 401 is handed back, not retried')
+      })
+
+      test('the bearer token goes only to the service\'s origin and tokenOrigins: a fetch to any other URL is refused before it is sent', async () => {
+        // The attacker's site, which would log any Authorization header it receives.
+        const received: (string | null)[] = []
+        const evil = createServer((request, response) => {
+          received.push(request.headers.authorization ?? null)
+          response.end('{}')
+        })
+        await new Promise<void>((resolve) => evil.listen(0, '127.0.0.1', resolve))
+        const evilOrigin = `http://127.0.0.1:${(evil.address() as AddressInfo).port}`
+        try {
+          const { client } = await loggedIn({ tokenOrigins: [new URL(apiUrl).origin] })
+          const sentBefore = sent.length
+          const foreign = [`${evilOrigin}/steal`, new URL('/steal', evilOrigin), `http://localhost:${new URL(apiUrl).port}/portfolio`, apiUrl.replace('http:', 'https:'), 'data:text/plain,x', '/relative/in/node']
+          for (const url of foreign) {
+            const refused = await failure(client.fetch(url))
+            assert.equal(refused.code, 'TOKEN_ORIGIN_NOT_ALLOWED', String(url))
+            assert.equal(refused.status, 0)
+          }
+          assert.deepEqual(received, [], 'nothing reached the foreign site')
+          assert.equal(sent.length, sentBefore, 'and nothing was sent at all')
+          // The service's own origin needs no listing.
+          const own = await client.fetch(new URL(`${t.base}/auth/me`, baseUrl))
+          assert.equal(own.status, 200)
+          // A listed origin that redirects elsewhere: fetch itself drops the header on the way out.
+          const redirecting = createServer((_request, response) => response.writeHead(302, { location: `${evilOrigin}/after-redirect` }).end())
+          await new Promise<void>((resolve) => redirecting.listen(0, '127.0.0.1', resolve))
+          try {
+            const listedOrigin = `http://127.0.0.1:${(redirecting.address() as AddressInfo).port}`
+            const redirected = newClient({ tokenOrigins: [listedOrigin] })
+            await redirected.login({ email: (await client.me()).email, password: PASSWORD })
+            assert.equal((await redirected.fetch(`${listedOrigin}/moved`)).status, 200)
+            assert.deepEqual(received, [null], 'the redirect reached the foreign site without the token')
+          } finally {
+            await new Promise((resolve) => redirecting.close(resolve))
+          }
+        } finally {
+          await new Promise((resolve) => evil.close(resolve))
+        }
+        for (const entry of ['https://api.example.com/v1', 'api.example.com', 'ftp://api.example.com', 'https://user@api.example.com', '*']) {
+          assert.throws(() => newClient({ tokenOrigins: [entry] }), TypeError, entry)
+        }
       })
     })
   })

@@ -47,8 +47,9 @@ export function screenshotDir(name: string): string {
 
 /**
  * An application's origin: one page that loads the bundled client (dist/client, as built by
- * `npm run build`) as an ES module, with `window.client` in cookie transport against `apiBase`,
- * `window.makeClient()` for another, and `window.ended` collecting onSessionEnd's reasons.
+ * `npm run build`) as an ES module, with `window.client` against `apiBase` in the client's default
+ * transport (cookie, in a browser), `window.makeClient(options?)` for another (options added to
+ * those), and `window.ended` collecting onSessionEnd's reasons.
  */
 export async function serveClientApp(apiBase: string): Promise<{ origin: string; close(): Promise<void> }> {
   const dir = path.resolve('dist/client')
@@ -57,7 +58,7 @@ export async function serveClientApp(apiBase: string): Promise<{ origin: string;
 <script type="module">
 import { PortcullisClient } from '/client/index.js'
 window.ended = []
-window.makeClient = () => new PortcullisClient({ baseUrl: ${JSON.stringify(apiBase)}, transport: 'cookie', onSessionEnd: (event) => window.ended.push(event.reason) })
+window.makeClient = (options = {}) => new PortcullisClient({ baseUrl: ${JSON.stringify(apiBase)}, onSessionEnd: (event) => window.ended.push(event.reason), ...options })
 window.client = window.makeClient()
 window.ready = true
 </script></body></html>`

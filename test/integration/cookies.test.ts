@@ -111,6 +111,27 @@ for (const engine of ENGINES) {
       assert.match(setCookie(revoked)[0]!, /Max-Age=0/)
     })
 
+    test('cookie tossing: a second refresh cookie planted beside the victim\'s is refused as INVALID_REFRESH_TOKEN, and neither is used or cleared', async () => {
+      const victim = await cookieLogin()
+      // The attacker's own valid session, as a sibling subdomain would plant it (Domain=parent,
+      // a longer Path): the browser then sends both, the planted one first.
+      const attacker = await cookieLogin()
+      const sessionsOf = async (u: typeof victim) => ((await t.get('/auth/sessions', u.login.json().data.access_token)).json().data.sessions as unknown[]).length
+      const before = [await sessionsOf(victim), await sessionsOf(attacker)]
+      for (const cookie of [`${attacker.cookie}; ${victim.cookie}`, `${victim.cookie}; ${attacker.cookie}`, `${victim.cookie}; other=1; ${victim.cookie}`]) {
+        for (const path of ['/auth/refresh', '/auth/logout']) {
+          const response = await send(path, { ...COOKIE, cookie, origin: APP_ORIGIN })
+          assert.equal(response.statusCode, 401, `${path} with ${cookie}: ${response.body}`)
+          assert.equal(code(response), 'INVALID_REFRESH_TOKEN')
+          assert.match(String(response.headers['www-authenticate']), /error="invalid_token"/)
+          assert.ok(!response.body.includes('access_token'), 'no session is served, the planted one least of all')
+          assert.deepEqual(setCookie(response), [], 'clearing the victim\'s cookie would leave the planted one to be used')
+        }
+      }
+      assert.deepEqual([await sessionsOf(victim), await sessionsOf(attacker)], before, 'the logouts revoked nothing')
+      assert.equal((await send('/auth/refresh', { ...COOKIE, cookie: victim.cookie })).statusCode, 200, 'the victim\'s cookie alone still works')
+    })
+
     test('CORS allows credentials on the cookie routes only, and only for CORS_ORIGINS', async () => {
       const preflight = (path: string, origin: string) =>
         t.app.inject({ method: 'OPTIONS', url: t.base + path, headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'x-token-transport' } })

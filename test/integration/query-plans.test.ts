@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict'
+import { createHash, randomBytes } from 'node:crypto'
 import { describe, test } from 'node:test'
 import { CompiledQuery } from 'kysely'
 import pg from 'pg'
@@ -119,11 +120,14 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
     return new URL(String(response.headers.location))
   }
   const cookieOf = (set: unknown) => /portcullis_oidc=([^;]+)/.exec(String(set))![1]!
-  const started = await t.app.inject({ method: 'GET', url: `${api}/auth/oidc/test/start?redirect_to=${encodeURIComponent(`${PLANS_URL}/back`)}` })
+  // The application's PKCE pair for the login code (API.md: the exchange must carry its proof).
+  const verifier = randomBytes(32).toString('base64url')
+  const challenge = createHash('sha256').update(verifier).digest('base64url')
+  const started = await t.app.inject({ method: 'GET', url: `${api}/auth/oidc/test/start?redirect_to=${encodeURIComponent(`${PLANS_URL}/back`)}&code_challenge=${challenge}&code_challenge_method=S256` })
   assert.equal(started.statusCode, 302, started.body)
   called.add(`get ${api}/auth/oidc/{name}/start`)
   const returned = await browserHop(String(started.headers.location), cookieOf(started.headers['set-cookie']))
-  const fedToken = (await call('POST', `${api}/auth/oidc/exchange`, { body: { code: returned.searchParams.get('code') } })).data.access_token as string
+  const fedToken = (await call('POST', `${api}/auth/oidc/exchange`, { body: { code: returned.searchParams.get('code'), code_verifier: verifier } })).data.access_token as string
   await call('GET', `${api}/auth/me/identities`, { token: fedToken })
   const linker = await registerVerifyLogin(t, uniqueEmail('plans-linker'))
   const linking = await t.app.inject({ method: 'POST', url: `${api}/auth/oidc/test/link`, headers: { authorization: `Bearer ${linker.access_token}`, 'content-type': 'application/json' }, payload: JSON.stringify({ redirect_to: `${PLANS_URL}/settings` }) })

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict'
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
 import path from 'node:path'
 import { describe, test } from 'node:test'
@@ -192,8 +192,12 @@ for (const engine of ENGINES) {
         // A provider sign-in to the end, and one whose ID token fails (its refusal is logged).
         const who = { sub: 'at-rest', email: uniqueEmail('at-rest-oidc'), email_verified: true }
         provider.addAccount(who)
+        // The application's PKCE verifier for its login code: kept by the application, never by the service.
+        const verifier = randomBytes(32).toString('base64url')
+        const challenge = createHash('sha256').update(verifier).digest('base64url')
+        secrets.push({ what: 'code verifier', value: verifier })
         const signIn = async () => {
-          const start = await t.app.inject({ method: 'GET', url: `/api/v1/auth/oidc/test/start?redirect_to=${encodeURIComponent(`${publicUrl}/back`)}` })
+          const start = await t.app.inject({ method: 'GET', url: `/api/v1/auth/oidc/test/start?redirect_to=${encodeURIComponent(`${publicUrl}/back`)}&code_challenge=${challenge}&code_challenge_method=S256` })
           const cookie = /portcullis_oidc=([^;]+)/.exec(String(start.headers['set-cookie']))![1]!
           const authorization = new URL(String(start.headers.location))
           const back = new URL(await provider.signIn(authorization.href, who.sub))
@@ -203,7 +207,7 @@ for (const engine of ENGINES) {
         }
         const loginCode = (await signIn()).searchParams.get('code')!
         secrets.push({ what: 'login code', value: loginCode })
-        const session = (await t.post('/auth/oidc/exchange', { code: loginCode })).json().data
+        const session = (await t.post('/auth/oidc/exchange', { code: loginCode, code_verifier: verifier })).json().data
         secrets.push({ what: 'access token', value: session.access_token }, { what: 'refresh token', value: session.refresh_token })
         provider.tamper({ nonce: 'not-the-nonce' })
         assert.equal((await signIn()).searchParams.get('error'), 'provider_error')

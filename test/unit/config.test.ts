@@ -16,6 +16,7 @@ describe('config', () => {
     assert.match(config.dataDir, /data$/)
     assert.equal(config.appName, 'Portcullis')
     assert.equal(config.appUrl, undefined)
+    assert.equal(config.requestTimeoutMs, 30_000)
   })
 
   const wrong: [string, Record<string, string>, RegExp][] = [
@@ -33,6 +34,8 @@ describe('config', () => {
     ['an APP_NAME of spaces', { APP_NAME: '   ' }, /APP_NAME must be 1 to 60 characters/],
     ['an APP_URL that is not a web address', { APP_URL: 'javascript:alert(1)' }, /APP_URL must be a URL/],
     ['a TLS file that does not exist', { TLS_CERT_FILE: '/nope.pem', TLS_KEY_FILE: '/nope.key' }, /TLS_CERT_FILE names a file that does not exist/],
+    ['a request timeout of zero (it would never cut a slow client)', { REQUEST_TIMEOUT_SECONDS: '0' }, /REQUEST_TIMEOUT_SECONDS must be a whole number from 1 to 600/],
+    ['a request timeout with a unit', { REQUEST_TIMEOUT_SECONDS: '30s' }, /REQUEST_TIMEOUT_SECONDS must be a whole number from 1 to 600/],
   ]
   for (const [name, env, message] of wrong) {
     test(`stops with one line naming the variable for ${name}`, () => {
