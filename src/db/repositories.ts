@@ -369,13 +369,8 @@ export const watchlists = {
    * Takes the owner's row lock for the rest of the transaction (a no-op write), so concurrent
    * creations for one user are serialised and the per-user limit and positions hold.
    */
-  async lockOwner(db: Executor, userId: string): Promise<boolean> {
-    const result = await db
-      .updateTable('users')
-      .set((eb) => ({ updated_at: eb.ref('updated_at') }))
-      .where('id', '=', userId)
-      .executeTakeFirst()
-    return result.numUpdatedRows > 0n
+  lockOwner(db: Executor, userId: string): Promise<boolean> {
+    return users.lockRow(db, userId)
   },
 
   async countAndMaxPosition(db: Executor, userId: string): Promise<{ count: number; maxPosition: number }> {
