@@ -2,10 +2,9 @@ import assert from 'node:assert/strict'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { after, before, describe, test } from 'node:test'
-import type { Browser, BrowserContext, Page } from 'playwright-core'
-import { launchBrowser, serveClientApp } from '../helpers/browser.ts'
+import { clientReady, consoleMessages, gotoClient, openClient, serveClientApp, useChromium, useSite } from '../helpers/browser.ts'
 import { ENGINES } from '../helpers/db.ts'
-import { freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+import { PASSWORD, registerVerifyLogin, uniqueEmail } from '../helpers/app.ts'
 
 /** A site that records the Authorization header of every request it gets, and lets any page read its answers. */
 async function recordingSite(): Promise<{ origin: string; seen: (string | null)[]; close(): Promise<void> }> {
@@ -21,49 +20,29 @@ async function recordingSite(): Promise<{ origin: string; seen: (string | null)[
 }
 
 describe('the client in a real browser, cookie transport', () => {
-  let browser: Browser
-  before(async () => {
-    browser = await launchBrowser()
-  })
-  after(async () => {
-    await browser?.close()
-  })
+  const chromium = useChromium()
 
   for (const engine of ENGINES) {
     describe(`on ${engine}`, () => {
-      let t: TestApp
-      let app: Awaited<ReturnType<typeof serveClientApp>>
+      const shared = chromium.useContext()
+      const site = useSite(engine)
+      // An application's origin that is not in CORS_ORIGINS.
       let foreign: Awaited<ReturnType<typeof serveClientApp>>
-      let context: BrowserContext
-
       before(async () => {
-        const port = await freePort()
-        const apiOrigin = `http://127.0.0.1:${port}`
-        // The application's origin is only known once it listens; the API's CORS list needs it first.
-        app = await serveClientApp(`${apiOrigin}/api/v1`)
-        foreign = await serveClientApp(`${apiOrigin}/api/v1`)
-        t = await startTestApp(engine, { env: { PORT: String(port), PUBLIC_URL: apiOrigin, CORS_ORIGINS: app.origin } })
-        await t.app.listen({ port, host: '127.0.0.1' })
-        context = await browser.newContext()
+        foreign = await serveClientApp(`${site.origin}/api/v1`)
       })
       after(async () => {
-        await context?.close()
-        await t?.close()
-        for (const served of [app, foreign]) await served?.close()
+        await foreign?.close()
       })
 
       const refreshCount = async () =>
-        Number((await t.app.services.db.kysely.selectFrom('audit_events').select((eb) => eb.fn.countAll().as('n')).where('type', '=', 'token.refreshed').executeTakeFirstOrThrow()).n)
-      const open = async (origin: string): Promise<Page> => {
-        const page = await context.newPage()
-        await page.goto(`${origin}/`)
-        await page.waitForFunction('window.ready === true')
-        return page
-      }
+        Number((await site.t.app.services.db.kysely.selectFrom('audit_events').select((eb) => eb.fn.countAll().as('n')).where('type', '=', 'token.refreshed').executeTakeFirstOrThrow()).n)
 
       test('login, reload, two tabs expiring together, a foreign origin, and logout across tabs', async () => {
+        const { t, app } = site
+        const { context } = shared
         const { email } = await registerVerifyLogin(t, uniqueEmail('spa'))
-        const tab1 = await open(app.origin)
+        const tab1 = await openClient(context, app.url)
 
         // window.client is made without a transport: in a browser the default is the cookie.
         const login = (await tab1.evaluate(`client.login({ email: ${JSON.stringify(email)}, password: ${JSON.stringify(PASSWORD)} })`)) as Record<string, unknown>
@@ -77,12 +56,12 @@ describe('the client in a real browser, cookie transport', () => {
         assert.equal(((await tab1.evaluate('client.me()')) as { email: string }).email, email)
 
         await tab1.reload()
-        await tab1.waitForFunction('window.ready === true')
+        await clientReady(tab1)
         assert.equal(await tab1.evaluate('client.me().then(() => "signed in", (e) => e.code)'), 'AUTH_REQUIRED', 'a reload forgets the access token')
         assert.equal(await tab1.evaluate('client.restore()'), true, 'and the cookie restores the session')
         assert.equal(((await tab1.evaluate('client.me()')) as { email: string }).email, email)
 
-        const tab2 = await open(app.origin)
+        const tab2 = await openClient(context, app.url)
         assert.equal(await tab2.evaluate('client.restore()'), true)
 
         // Both tabs' access tokens expire together; both call at once: one refresh between them.
@@ -94,7 +73,7 @@ describe('the client in a real browser, cookie transport', () => {
 
         // A page on an origin that is not in CORS_ORIGINS: the preflight fails for the client, and a
         // header-less request (no preflight) carries the cookie but the server ignores it.
-        const evil = await open(foreign.origin)
+        const evil = await openClient(context, foreign.url)
         const attempt = await evil.evaluate('client.restore().then(String, (e) => e.code)')
         assert.equal(attempt, 'NETWORK_ERROR')
         const simple = await evil.evaluate(`fetch(${JSON.stringify(`${t.config.publicUrl}/api/v1/auth/refresh`)}, { method: 'POST', credentials: 'include' }).then((r) => r.status, () => 'blocked')`)
@@ -110,15 +89,11 @@ describe('the client in a real browser, cookie transport', () => {
       })
 
       test('the body transport only when asked for, with a console warning; storage alone does not switch it', async () => {
-        const own = await browser.newContext()
-        try {
+        const { t, app } = site
+        await chromium.withContext(async (own) => {
           const page = await own.newPage()
-          const warnings: string[] = []
-          page.on('console', (message) => {
-            if (message.type() === 'warning') warnings.push(message.text())
-          })
-          await page.goto(`${app.origin}/`)
-          await page.waitForFunction('window.ready === true')
+          const warnings = consoleMessages(page, ['warning'])
+          await gotoClient(page, app.url)
           assert.deepEqual(warnings, [], 'the default warns of nothing')
           const { email } = await registerVerifyLogin(t, uniqueEmail('body-in-browser'))
           const login = (await page.evaluate(`makeClient({ transport: 'body' }).login({ email: ${JSON.stringify(email)}, password: ${JSON.stringify(PASSWORD)} })`)) as Record<string, unknown>
@@ -127,46 +102,41 @@ describe('the client in a real browser, cookie transport', () => {
           assert.match(warnings[0]!, /body transport in a browser keeps the 7-day refresh token where any script on the page can read it/)
           const storageAlone = `(() => { try { makeClient({ storage: { load: () => null, save() {}, clear() {} } }); return 'made' } catch (error) { return error.name } })()`
           assert.equal(await page.evaluate(storageAlone), 'TypeError', 'a storage without transport: "body" is refused, not taken as a request for it')
-        } finally {
-          await own.close()
-        }
+        })
       })
 
       test('client.fetch sends the token to the service and tokenOrigins only: a foreign URL, even through <base>, is refused unsent', async () => {
+        const { t, app } = site
         const listed = await recordingSite()
         const evil = await recordingSite()
-        const own = await browser.newContext()
         try {
-          const page = await own.newPage()
-          await page.goto(`${app.origin}/`)
-          await page.waitForFunction('window.ready === true')
-          const { email } = await registerVerifyLogin(t, uniqueEmail('fetch-origins'))
-          await page.evaluate(`(window.c = makeClient({ tokenOrigins: [${JSON.stringify(listed.origin)}] })).login({ email: ${JSON.stringify(email)}, password: ${JSON.stringify(PASSWORD)} })`)
-          const outcome = (url: string) => page.evaluate(`c.fetch(${JSON.stringify(url)}).then((response) => response.status, (error) => error.code)`)
+          await chromium.withContext(async (own) => {
+            const page = await openClient(own, app.url)
+            const { email } = await registerVerifyLogin(t, uniqueEmail('fetch-origins'))
+            await page.evaluate(`(window.c = makeClient({ tokenOrigins: [${JSON.stringify(listed.origin)}] })).login({ email: ${JSON.stringify(email)}, password: ${JSON.stringify(PASSWORD)} })`)
+            const outcome = (url: string) => page.evaluate(`c.fetch(${JSON.stringify(url)}).then((response) => response.status, (error) => error.code)`)
 
-          assert.equal(await outcome(`${evil.origin}/steal`), 'TOKEN_ORIGIN_NOT_ALLOWED')
-          assert.equal(await outcome(`${app.origin}/`), 'TOKEN_ORIGIN_NOT_ALLOWED', 'not even the page\'s own origin unless listed')
-          // Injected markup that rebases relative URLs onto the attacker's site.
-          await page.evaluate(`document.head.append(Object.assign(document.createElement('base'), { href: ${JSON.stringify(`${evil.origin}/`)} }))`)
-          assert.equal(await outcome('steal/relative'), 'TOKEN_ORIGIN_NOT_ALLOWED')
-          assert.deepEqual(evil.seen, [], 'the foreign site received no request at all')
+            assert.equal(await outcome(`${evil.origin}/steal`), 'TOKEN_ORIGIN_NOT_ALLOWED')
+            assert.equal(await outcome(`${app.origin}/`), 'TOKEN_ORIGIN_NOT_ALLOWED', 'not even the page\'s own origin unless listed')
+            // Injected markup that rebases relative URLs onto the attacker's site.
+            await page.evaluate(`document.head.append(Object.assign(document.createElement('base'), { href: ${JSON.stringify(`${evil.origin}/`)} }))`)
+            assert.equal(await outcome('steal/relative'), 'TOKEN_ORIGIN_NOT_ALLOWED')
+            assert.deepEqual(evil.seen, [], 'the foreign site received no request at all')
 
-          assert.equal(await outcome(`${listed.origin}/portfolio`), 200)
-          assert.match(listed.seen[0] ?? '', /^Bearer [\w-]+\.[\w-]+\.[\w-]+$/, 'a listed origin gets the token')
-          assert.equal(await outcome(`${t.config.publicUrl}/api/v1/auth/me`), 200, 'the service\'s own origin needs no listing')
+            assert.equal(await outcome(`${listed.origin}/portfolio`), 200)
+            assert.match(listed.seen[0] ?? '', /^Bearer [\w-]+\.[\w-]+\.[\w-]+$/, 'a listed origin gets the token')
+            assert.equal(await outcome(`${t.config.publicUrl}/api/v1/auth/me`), 200, 'the service\'s own origin needs no listing')
+          })
         } finally {
-          await own.close()
           await listed.close()
           await evil.close()
         }
       })
 
       test('cookie tossing: a second refresh cookie planted on a longer path is refused, so the browser is signed into neither account', async () => {
-        const own = await browser.newContext()
-        try {
-          const page = await own.newPage()
-          await page.goto(`${app.origin}/`)
-          await page.waitForFunction('window.ready === true')
+        const { t, app } = site
+        await chromium.withContext(async (own) => {
+          const page = await openClient(own, app.url)
           const { email } = await registerVerifyLogin(t, uniqueEmail('tossed'))
           await page.evaluate(`client.login({ email: ${JSON.stringify(email)}, password: ${JSON.stringify(PASSWORD)} })`)
           // The attacker's own valid refresh token, planted as a sibling subdomain would: same name,
@@ -176,14 +146,12 @@ describe('the client in a real browser, cookie transport', () => {
           const refreshesBefore = await refreshCount()
 
           await page.reload()
-          await page.waitForFunction('window.ready === true')
+          await clientReady(page)
           assert.equal(await page.evaluate('client.restore()'), false, 'no session is restored, the attacker\'s least of all')
           assert.equal(await page.evaluate('client.me().then(() => "signed in", (e) => e.code)'), 'AUTH_REQUIRED')
           assert.equal((await refreshCount()) - refreshesBefore, 0, 'neither refresh token was used')
           assert.equal((await own.cookies()).filter((c) => c.name === 'portcullis_refresh').length, 2, 'the victim\'s cookie was not cleared, which would leave the planted one alone')
-        } finally {
-          await own.close()
-        }
+        })
       })
     })
   }

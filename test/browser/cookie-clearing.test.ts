@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict'
-import { after, before, describe, test } from 'node:test'
-import type { Browser, BrowserContext, Cookie, Page } from 'playwright-core'
-import { launchBrowser, serveClientApp } from '../helpers/browser.ts'
+import { describe, test } from 'node:test'
+import type { BrowserContext, Cookie } from 'playwright-core'
+import { openClient, useChromium, useSite } from '../helpers/browser.ts'
 import { ENGINES } from '../helpers/db.ts'
 import { tokenFromMail } from '../helpers/mail.ts'
-import { freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+import { PASSWORD, registerVerifyLogin, uniqueEmail } from '../helpers/app.ts'
 
 const NEW_PASSWORD = 'a passphrase changed in the browser'
 
@@ -20,39 +20,18 @@ async function refreshCookies(context: BrowserContext): Promise<Cookie[]> {
  * client, where the cookie reaches only the cookie routes and the client must clear it.
  */
 describe('every revocation of the browser\'s own session clears the refresh cookie', () => {
-  let browser: Browser
-  before(async () => {
-    browser = await launchBrowser()
-  })
-  after(async () => {
-    await browser?.close()
-  })
+  const chromium = useChromium()
 
   for (const engine of ENGINES) {
     describe(`on ${engine}`, () => {
-      let t: TestApp
-      let app: Awaited<ReturnType<typeof serveClientApp>>
-      let apiOrigin: string
-
-      before(async () => {
-        const port = await freePort()
-        apiOrigin = `http://127.0.0.1:${port}`
-        // The application's origin is only known once it listens; the API's CORS list needs it first.
-        app = await serveClientApp(`${apiOrigin}/api/v1`)
-        t = await startTestApp(engine, { env: { PORT: String(port), PUBLIC_URL: apiOrigin, CORS_ORIGINS: app.origin } })
-        await t.app.listen({ port, host: '127.0.0.1' })
-      })
-      after(async () => {
-        await t?.close()
-        await app?.close()
-      })
+      const site = useSite(engine)
 
       test('logout-all, revoking the current session, a password reset and account deletion; a password change keeps it', async (s) => {
+        const { t, app, origin: apiOrigin } = site
         await s.test('a page on the API\'s own origin: the server clears the cookie', async () => {
           // The service's pages forbid connections (CSP default-src 'none'), which would block the
           // page's fetch; evaluate itself goes through DevTools and is not subject to the CSP.
-          const context = await browser.newContext({ bypassCSP: true })
-          try {
+          await chromium.withContext({ bypassCSP: true }, async (context) => {
             const page = await context.newPage()
             await page.goto(`${apiOrigin}/forgot-password`)
             const { email } = await registerVerifyLogin(t, uniqueEmail('same-origin'))
@@ -99,20 +78,12 @@ describe('every revocation of the browser\'s own session clears the refresh cook
 
             await call('DELETE', '/auth/me', { token: await login(), body: { password: PASSWORD } })
             await cookieGone('deleting the account')
-          } finally {
-            await context.close()
-          }
+          })
         })
 
         await s.test('a cross-origin application with the client: the client clears the cookie', async () => {
-          const context = await browser.newContext()
-          try {
-            const open = async (): Promise<Page> => {
-              const page = await context.newPage()
-              await page.goto(`${app.origin}/`)
-              await page.waitForFunction('window.ready === true')
-              return page
-            }
+          await chromium.withContext(async (context) => {
+            const open = () => openClient(context, app.url)
             const tab = await open()
             const { email } = await registerVerifyLogin(t, uniqueEmail('cross-origin'))
             const login = async () => {
@@ -146,9 +117,7 @@ describe('every revocation of the browser\'s own session clears the refresh cook
             await sessionForgotten('deleteAccount()')
 
             assert.deepEqual(await tab.evaluate('window.ended'), [], 'the application asked each time: onSessionEnd stayed quiet')
-          } finally {
-            await context.close()
-          }
+          })
         })
       })
     })

@@ -1,11 +1,9 @@
 import assert from 'node:assert/strict'
-import { after, before, describe, test } from 'node:test'
+import { after, describe, test } from 'node:test'
 import { decodeJwt } from 'jose'
-import type { Browser } from 'playwright-core'
-import path from 'node:path'
-import { launchBrowser, screenshotDir, seriousViolations, serveClientApp } from '../helpers/browser.ts'
+import { clientReady, openClient, screenshots, seriousViolations, useChromium, useSite } from '../helpers/browser.ts'
 import { ENGINES } from '../helpers/db.ts'
-import { freePort, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+import { uniqueEmail } from '../helpers/app.ts'
 import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.ts'
 
 /**
@@ -17,52 +15,34 @@ import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.t
  * the tab's sessionStorage when it started the flow.
  */
 describe('sign-in with an identity provider in Chromium', () => {
-  let browser: Browser
-  before(async () => {
-    browser = await launchBrowser()
-  })
-  after(async () => {
-    await browser?.close()
-  })
+  const chromium = useChromium()
+  const shots = screenshots('oidc')
 
   for (const engine of ENGINES) {
     describe(`on ${engine}`, () => {
-      let t: TestApp
       let provider: TestProvider
-      let app: Awaited<ReturnType<typeof serveClientApp>>
-      let apiOrigin: string
-      before(async () => {
-        const port = await freePort()
-        apiOrigin = `http://127.0.0.1:${port}`
-        provider = await startTestProvider({ redirectUris: [`${apiOrigin}/api/v1/auth/oidc/test/callback`] })
-        app = await serveClientApp(`${apiOrigin}/api/v1`)
-        t = await startTestApp(engine, {
-          env: {
-            PORT: String(port),
-            PUBLIC_URL: apiOrigin,
-            CORS_ORIGINS: app.origin,
+      const site = useSite(engine, {
+        // The provider is told the service's callback before the service is told the provider.
+        env: async (apiOrigin) => {
+          provider = await startTestProvider({ redirectUris: [`${apiOrigin}/api/v1/auth/oidc/test/callback`] })
+          return {
             OIDC_PROVIDERS: 'test',
             OIDC_TEST_ISSUER: provider.issuer,
             OIDC_TEST_CLIENT_ID: provider.clientId,
             OIDC_TEST_CLIENT_SECRET: provider.clientSecret,
-          },
-        })
-        await t.app.listen({ port, host: '127.0.0.1' })
+          }
+        },
       })
       after(async () => {
-        await t?.close()
-        await app?.close()
         await provider?.close()
       })
 
       test('Continue with the provider: its login page, back to the app with a code, exchanged with the tab\'s PKCE verifier for a cookie-mode session; another browser gets the refusal page', async (testContext) => {
+        const { app, origin: apiOrigin } = site
         const email = uniqueEmail('browser-oidc')
         provider.addAccount({ sub: `browser-${engine}`, email, email_verified: true, name: 'Browser User' })
-        const context = await browser.newContext()
-        try {
-          const page = await context.newPage()
-          await page.goto(`${app.origin}/`)
-          await page.waitForFunction('window.ready === true')
+        await chromium.withContext(async (context) => {
+          const page = await openClient(context, app.url)
           const providers = (await page.evaluate('client.oidcProviders()')) as { providers: { name: string; available: boolean }[] }
           assert.deepEqual(providers.providers.map((p) => [p.name, p.available]), [['test', true]])
 
@@ -82,7 +62,7 @@ describe('sign-in with an identity provider in Chromium', () => {
           assert.equal(back.searchParams.get('signed-in'), '1')
           const loginCode = back.searchParams.get('code')
           assert.ok(loginCode, `came back with ${back.search}`)
-          await page.waitForFunction('window.ready === true')
+          await clientReady(page)
           const session = (await page.evaluate(`client.exchangeOidcCode(${JSON.stringify(loginCode)})`)) as { access_token: string; refresh_token?: string }
           assert.equal(session.refresh_token, undefined, 'cookie mode')
           assert.equal(await page.evaluate(verifiers), 0, 'the verifier served its one exchange (it survived the trip through the provider)')
@@ -96,23 +76,17 @@ describe('sign-in with an identity provider in Chromium', () => {
           assert.deepEqual([flow?.path, flow?.httpOnly, flow?.sameSite], ['/api/v1/auth/oidc', true, 'Lax'])
 
           // The same return in a browser that did not start the flow: the refusal page, nowhere to go.
-          const stranger = await browser.newContext()
-          try {
+          await chromium.withContext(async (stranger) => {
             const other = await stranger.newPage()
             const refused = await other.goto(`${apiOrigin}/api/v1/auth/oidc/test/callback?state=${'x'.repeat(43)}&code=y`)
             assert.equal(refused?.status(), 400)
             assert.equal(new URL(other.url()).origin, apiOrigin, 'no redirect')
             assert.equal(await other.textContent('h1'), 'This sign-in cannot continue')
             assert.deepEqual(await seriousViolations(other), [])
-            const shot = path.join(screenshotDir('oidc'), `${engine}-sign-in-cannot-continue.png`)
-            await other.screenshot({ path: shot, fullPage: true })
+            const shot = await shots.take(other, `${engine}-sign-in-cannot-continue`)
             testContext.diagnostic(`screenshot: ${shot}`)
-          } finally {
-            await stranger.close()
-          }
-        } finally {
-          await context.close()
-        }
+          })
+        })
       })
     })
   }

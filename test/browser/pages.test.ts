@@ -1,11 +1,10 @@
 import assert from 'node:assert/strict'
-import { after, before, describe, test } from 'node:test'
-import path from 'node:path'
-import type { Browser, BrowserContext, Page } from 'playwright-core'
-import { launchBrowser, screenshotDir, seriousViolations } from '../helpers/browser.ts'
+import { before, describe, test } from 'node:test'
+import type { Page } from 'playwright-core'
+import { consoleMessages, screenshots, seriousViolations, startSite, useChromium, useSite } from '../helpers/browser.ts'
 import { ENGINES } from '../helpers/db.ts'
 import { linkFromMail, mailParts } from '../helpers/mail.ts'
-import { freePort, PASSWORD, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+import { PASSWORD, uniqueEmail } from '../helpers/app.ts'
 
 const NEW_PASSWORD = 'a fresh passphrase from the browser'
 const PHONE = { width: 390, height: 844 }
@@ -16,22 +15,18 @@ const PHONE = { width: 390, height: 844 }
  * is also checked with axe-core and kept as a screenshot.
  */
 describe('the mailed-link pages in a real browser', () => {
-  let browser: Browser
+  const chromium = useChromium()
+  const shots = screenshots('pages')
+  // axe needs script, which the flows' context has switched off: each page's markup, exactly as
+  // the browser received it, is audited here with the same viewport.
+  const auditing = chromium.useContext({ viewport: PHONE })
   let audit: Page
-  const shots = screenshotDir('pages')
-
   before(async () => {
-    browser = await launchBrowser()
-    // axe needs script, which the flows' context has switched off: each page's markup, exactly as
-    // the browser received it, is audited here with the same viewport.
-    audit = await (await browser.newContext({ viewport: PHONE })).newPage()
-  })
-  after(async () => {
-    await browser?.close()
+    audit = await auditing.context.newPage()
   })
 
   async function check(page: Page, name: string): Promise<void> {
-    await page.screenshot({ path: path.join(shots, `${name}.png`), fullPage: true })
+    await shots.take(page, name)
     await audit.setContent(await page.content())
     const violations = await seriousViolations(audit)
     assert.deepEqual(violations.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`), [], `axe on ${name}`)
@@ -39,31 +34,21 @@ describe('the mailed-link pages in a real browser', () => {
 
   for (const engine of ENGINES) {
     describe(`on ${engine}`, () => {
-      let t: TestApp
-      let context: BrowserContext
+      const flows = chromium.useContext({ javaScriptEnabled: false, viewport: PHONE })
+      const site = useSite(engine, { clientPage: 'none' })
       let page: Page
-      const consoleErrors: string[] = []
-
+      let consoleErrors: string[]
       before(async () => {
-        const port = await freePort()
-        t = await startTestApp(engine, { env: { PORT: String(port), PUBLIC_URL: `http://127.0.0.1:${port}` } })
-        await t.app.listen({ port, host: '127.0.0.1' })
-        context = await browser.newContext({ javaScriptEnabled: false, viewport: PHONE })
-        page = await context.newPage()
-        page.on('console', (message) => {
-          // Chromium reports a page's own 4xx status as a failed load; those statuses are asserted below.
-          if (message.type() === 'error' && !/status of 4\d\d/.test(message.text())) consoleErrors.push(message.text())
-        })
-      })
-      after(async () => {
-        await context?.close()
-        await t?.close()
+        page = await flows.context.newPage()
+        // Chromium reports a page's own 4xx status as a failed load; those statuses are asserted below.
+        consoleErrors = consoleMessages(page, ['error'], { except: /status of 4\d\d/ })
       })
 
-      const apiLogin = async (email: string, password: string) => (await t.post('/auth/login', { email, password })).statusCode
+      const apiLogin = async (email: string, password: string) => (await site.t.post('/auth/login', { email, password })).statusCode
       const heading = () => page.locator('h1').textContent()
 
       test('verification: open the mailed link, press the button, the account can log in', async () => {
+        const { t } = site
         const email = uniqueEmail('browser')
         assert.equal((await t.post('/auth/register', { email, password: PASSWORD, full_name: 'Browser User' })).statusCode, 201)
         const mail = await t.mail.next(email)
@@ -72,7 +57,7 @@ describe('the mailed-link pages in a real browser', () => {
         // The HTML part as a mail client would render it: the button is a link to the same address.
         await audit.setContent(mailParts(mail.raw).parts['text/html']!)
         assert.equal(await audit.getByRole('link', { name: 'Verify my address' }).getAttribute('href'), link)
-        await audit.screenshot({ path: path.join(shots, `${engine}-0-mail.png`), fullPage: true })
+        await shots.take(audit, `${engine}-0-mail`)
         assert.deepEqual(await seriousViolations(audit), [], 'axe on the HTML mail')
 
         const opened = await page.goto(link)
@@ -95,6 +80,7 @@ describe('the mailed-link pages in a real browser', () => {
       })
 
       test('reset: ask for a link, open it, a mismatch is explained, the new password works and the old one not', async () => {
+        const { t } = site
         const email = uniqueEmail('browser')
         await t.post('/auth/register', { email, password: PASSWORD, full_name: 'Browser User' })
         await t.post('/auth/verify-email', { token: new URL(linkFromMail(await t.mail.next(email))).searchParams.get('token') })
@@ -136,11 +122,12 @@ describe('the mailed-link pages in a real browser', () => {
       })
 
       test('a form on another site that posts to the forgot page gets the refusal page, and no mail is sent', async () => {
+        const { t } = site
         const email = uniqueEmail('browser')
         await t.post('/auth/register', { email, password: PASSWORD, full_name: 'Browser User' })
         await t.mail.next(email)
         // A page of no origin of ours (about:blank with content set), as a foreign site's would be.
-        const foreign = await context.newPage()
+        const foreign = await flows.context.newPage()
         try {
           await foreign.setContent(`<!doctype html><html lang="en"><title>Win a prize</title><form method="post" action="${t.config.publicUrl}/forgot-password"><input type="hidden" name="email" value="${email}"><button>Claim</button></form></html>`)
           const [refused] = await Promise.all([foreign.waitForNavigation(), foreign.getByRole('button', { name: 'Claim' }).click()])
@@ -157,37 +144,32 @@ describe('the mailed-link pages in a real browser', () => {
 
       test('no page logged an error in the browser console', (testContext) => {
         assert.deepEqual(consoleErrors, [])
-        testContext.diagnostic(`screenshots in ${shots}`)
+        testContext.diagnostic(`screenshots in ${shots.dir}`)
       })
     })
   }
 
   test('/docs loads with a clean console and "Try it out" reaches the server it is served from', async () => {
-    const port = await freePort()
     // PUBLIC_URL names localhost while the browser uses 127.0.0.1: a different origin.
-    const t = await startTestApp('sqlite', { env: { PORT: String(port), PUBLIC_URL: `http://localhost:${port}` } })
-    await t.app.listen({ port, host: '127.0.0.1' })
-    const context = await browser.newContext()
+    const site = await startSite('sqlite', { host: 'localhost', clientPage: 'none' })
+    const { port } = new URL(site.origin)
     try {
-      const page = await context.newPage()
-      const problems: string[] = []
-      page.on('console', (message) => {
-        if (message.type() === 'error' || message.type() === 'warning') problems.push(message.text())
+      await chromium.withContext(async (context) => {
+        const page = await context.newPage()
+        const problems = consoleMessages(page, ['error', 'warning'], { pageErrors: true })
+        await page.goto(`http://127.0.0.1:${port}/docs`)
+        await page.getByText('/healthz', { exact: true }).click()
+        await page.getByRole('button', { name: 'Try it out' }).click()
+        await page.getByRole('button', { name: 'Execute' }).click()
+        const status = page.locator('.live-responses-table tbody .response-col_status').first()
+        await status.waitFor()
+        assert.equal((await status.textContent())?.trim().slice(0, 3), '200')
+        assert.equal(await page.locator('.request-url pre').textContent(), `http://127.0.0.1:${port}/healthz`)
+        await shots.take(page, 'docs', { fullPage: false })
+        assert.deepEqual(problems, [])
       })
-      page.on('pageerror', (error) => problems.push(error.message))
-      await page.goto(`http://127.0.0.1:${port}/docs`)
-      await page.getByText('/healthz', { exact: true }).click()
-      await page.getByRole('button', { name: 'Try it out' }).click()
-      await page.getByRole('button', { name: 'Execute' }).click()
-      const status = page.locator('.live-responses-table tbody .response-col_status').first()
-      await status.waitFor()
-      assert.equal((await status.textContent())?.trim().slice(0, 3), '200')
-      assert.equal(await page.locator('.request-url pre').textContent(), `http://127.0.0.1:${port}/healthz`)
-      await page.screenshot({ path: path.join(shots, 'docs.png') })
-      assert.deepEqual(problems, [])
     } finally {
-      await context.close()
-      await t.close()
+      await site.close()
     }
   })
 })
