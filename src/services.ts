@@ -94,6 +94,18 @@ export interface AppServices {
   readiness: Readiness
 }
 
+/**
+ * The rate-limit counters in Redis, with this instance's own to fall back on while Redis is away:
+ * the gauge is what an operator alerts on (the limits then hold per instance), the counter says how
+ * often it happened.
+ */
+function sharedCounters(url: string, clock: Clock, logger: Logger, metrics: Metrics): RedisStore {
+  const fallbacks = metrics.counter({ name: 'portcullis_limits_redis_fallbacks_total', help: 'Times this instance lost Redis and went on counting the rate limits alone (once per outage).' })
+  const store = new RedisStore(url, { local: new MemoryStore(clock), logger, onFallback: () => fallbacks.inc() })
+  metrics.gauge({ name: 'portcullis_limits_redis_fallback', help: '1 while Redis is unreachable and this instance counts the rate limits alone (per instance, not shared), 0 while they are shared.', read: () => (store.fallingBack() ? 1 : 0) })
+  return store
+}
+
 /** The parts that run in the background or hold connections: started in order, stopped in reverse. */
 type Infrastructure = Awaited<ReturnType<typeof startInfrastructure>>
 
@@ -127,11 +139,10 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
   const gate = new SessionGate(db, feed, { clock })
   feed.start()
   started.push(() => feed.stop())
-  const store = config.redisUrl
-    ? new RedisStore(config.redisUrl, (error) => logger.warn({ err: { message: error.message } }, 'redis connection problem'))
-    : new MemoryStore(clock)
+  const store = config.redisUrl ? sharedCounters(config.redisUrl, clock, logger, metrics) : new MemoryStore(clock)
   started.push(() => store.close())
-  if (store instanceof RedisStore) await store.ready()
+  // A Redis down at start does not stop the service: it starts counting alone (src/limits/store.ts).
+  if (store instanceof RedisStore) await store.start()
   // Discovery at start; a provider that does not answer is retried and shown as unavailable.
   const identityProviders = new OidcProviders(config.oidc.providers, logger)
   await identityProviders.start()

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { createArgon2Hasher, type PasswordHasher } from '../../src/auth/passwords.ts'
 import { ENGINES } from '../helpers/db.ts'
-import { fastHasher, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+import { fastHasher, freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 
 const code = (response: { json(): { error?: { code: string } } }) => response.json().error?.code
 
@@ -281,14 +281,23 @@ describe('security: limits shared through Redis', () => {
     }
   })
 
-  test('a Redis that cannot be reached makes limited routes answer 503, not 500 and not unlimited', async () => {
-    const t = await startTestApp('sqlite', { env: { REDIS_URL: process.env.REDIS_URL! } })
+  test('a Redis that cannot be reached: the limited routes count on this instance alone, neither 503 nor 500 nor unlimited', async () => {
+    // Nothing listens on this port: the instance starts anyway and falls back to its own counters
+    // (test/deployment/redis-fallback.test.ts loses Redis and gets it back under load).
+    const env = { REDIS_URL: `redis://127.0.0.1:${await freePort()}`, LOGIN_FREE_FAILURES: '3', RATE_LIMIT_REGISTER_PER_IP: '3', RATE_LIMIT_MAIL_PER_IP: '2' }
+    const t = await startTestApp('sqlite', { env })
     try {
       const user = await registerVerifyLogin(t)
-      await (t.app.services.limits as unknown as { store: { close(): Promise<void> } }).store.close()
-      const response = await t.post('/auth/login', { email: user.email, password: PASSWORD })
-      assert.equal(response.statusCode, 503)
-      assert.equal(code(response), 'SERVICE_UNAVAILABLE')
+      for (let i = 0; i < 3; i++) assert.equal(code(await t.post('/auth/login', { email: user.email, password: 'wrong password!' })), 'INVALID_CREDENTIALS')
+      const throttled = await t.post('/auth/login', { email: user.email, password: PASSWORD })
+      assert.equal(throttled.statusCode, 429)
+      assert.equal(code(throttled), 'RATE_LIMITED')
+      const registers = []
+      for (let i = 0; i < 3; i++) registers.push((await t.post('/auth/register', { email: uniqueEmail('more'), password: PASSWORD, full_name: 'M' })).statusCode)
+      assert.deepEqual(registers, [201, 201, 429], 'the per-IP register limit (3, one used above) holds')
+      const mails = []
+      for (let i = 0; i < 3; i++) mails.push((await t.post('/auth/forgot-password', { email: user.email })).statusCode)
+      assert.deepEqual(mails, [202, 202, 429], 'the per-IP mail limit holds')
       assert.equal((await t.get('/auth/me', user.access_token)).statusCode, 200)
     } finally {
       await t.close()
