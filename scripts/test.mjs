@@ -70,7 +70,10 @@ const stop = () => {
 }
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => { stop(); process.exit(130) })
 
-const child = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', ...files], { env, stdio: 'inherit', cwd: root })
+// TAP when the output is not a terminal (CI, a log file), as Node 20 chose by itself; Node 24's
+// default is the spec reporter everywhere.
+const reporter = process.stdout.isTTY ? [] : ['--test-reporter=tap']
+const child = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', ...reporter, ...files], { env, stdio: 'inherit', cwd: root })
 child.on('exit', (code, signal) => {
   stop()
   process.exit(code ?? (signal ? 1 : 0))

@@ -178,7 +178,9 @@ export class PortcullisClient {
     this.now = options.now ?? Date.now
     this.refreshAheadMs = (options.refreshAheadSeconds ?? 0) * 1000
     this.onSessionEnd = options.onSessionEnd
-    const shareTabs = this.transport === 'cookie' && options.tabs !== false && Tabs.available()
+    // Tabs of one browser share a cookie, hence one refresh. Node 24 has BroadcastChannel and
+    // navigator.locks too, but clients in one process are separate sessions, not tabs.
+    const shareTabs = browser && this.transport === 'cookie' && options.tabs !== false && Tabs.available()
     this.tabs = shareTabs
       ? new Tabs(typeof options.tabs === 'string' ? options.tabs : 'portcullis', {
           token: (accessToken) => {

@@ -152,26 +152,10 @@ function namedStatements(pool: PgModule.Pool) {
   }
 }
 
-/**
- * pg asks at load time whether it runs in a Cloudflare Worker. On Node 20, which has no
- * `navigator`, it does so by constructing a `Response`, and that first touch of `Response` loads
- * Node's whole fetch implementation: about 5 MB that this server never uses. `Response` is hidden
- * for the synchronous require only, so the probe gets the true answer (no), and then put back as
- * it was. On a Node with `navigator` the probe never reaches `Response` and this changes nothing.
- */
-function loadPg(): typeof PgModule {
-  const response = Object.getOwnPropertyDescriptor(globalThis, 'Response')
-  if (!response?.configurable) return load<typeof PgModule>('pg')
-  Object.defineProperty(globalThis, 'Response', { value: undefined, configurable: true, writable: true })
-  try {
-    return load<typeof PgModule>('pg')
-  } finally {
-    Object.defineProperty(globalThis, 'Response', response)
-  }
-}
-
 function openPostgres(connectionString: string, onPoolError?: (error: Error) => void): Db {
-  const pg = loadPg()
+  // pg's load-time probe for Cloudflare Workers stops at `navigator`, which Node has since 21, so it
+  // never touches `Response` (whose first touch would load Node's whole fetch implementation).
+  const pg = load<typeof PgModule>('pg')
   const pool = new pg.Pool({
     connectionString,
     max: 10,

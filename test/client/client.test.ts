@@ -32,6 +32,15 @@ test('the compiled client has no runtime dependency: it imports nothing but its 
   }
 })
 
+test('in Node a cookie-mode client opens no channel between tabs: clients in one process are separate sessions, and the process can exit', () => {
+  // Node 24 has BroadcastChannel and navigator.locks as browsers do; a channel left open keeps the process alive.
+  const ports = () => process.getActiveResourcesInfo().filter((name) => name === 'MessagePort').length
+  const before = ports()
+  const client = new PortcullisClient({ baseUrl: 'http://127.0.0.1:9/api/v1', transport: 'cookie' })
+  assert.equal(ports(), before)
+  client.close()
+})
+
 for (const engine of ENGINES) {
   describe(`the client against the real server on ${engine}`, () => {
     let t: TestApp

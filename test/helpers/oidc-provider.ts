@@ -82,24 +82,11 @@ const verbose = /\boidc\b|oidc-provider/.test(process.env.DEBUG ?? '')
 
 let loaded: Promise<ProviderConstructor> | undefined
 
-/**
- * oidc-provider 9 warns "Unsupported runtime" on every import under Node 20 (it asks for 22 LTS
- * or later) although it runs on 20.18+; that one line is held back so test output stays clean.
- */
 function loadProvider(): Promise<ProviderConstructor> {
   loaded ??= (async () => {
     const specifier: string = 'oidc-provider' // a string, not a literal: the package has no types
-    const warn = console.warn
-    console.warn = (...args: unknown[]) => {
-      if (typeof args[0] === 'string' && args[0].startsWith('oidc-provider WARNING: Unsupported runtime')) return
-      warn(...args)
-    }
-    try {
-      const module = (await import(specifier)) as { default: ProviderConstructor }
-      return module.default
-    } finally {
-      console.warn = warn
-    }
+    const module = (await import(specifier)) as { default: ProviderConstructor }
+    return module.default
   })()
   return loaded
 }

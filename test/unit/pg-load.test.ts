@@ -8,18 +8,15 @@ import { openDatabase } from '../../src/db/index.ts'
 // The internal modules this process has loaded (Node's own list; not in its typings).
 const loadedInternals = () => (process as unknown as { moduleLoadList: string[] }).moduleLoadList
 
-test('opening PostgreSQL does not load Node\'s fetch implementation, and leaves the global Response as it was', async () => {
+// Not even a look at the global Response here: on Node 24 reading its descriptor loads undici.
+test('opening PostgreSQL does not load Node\'s fetch implementation', async () => {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'portcullis-pg-load-'))
-  const before = Object.getOwnPropertyDescriptor(globalThis, 'Response')
   assert.ok(!loadedInternals().some((name) => name.includes('undici')), 'nothing in this file touched fetch before')
   // pg connects on the first query only, so no server is needed to load it.
   const db = openDatabase({ databaseUrl: 'postgres://nobody@127.0.0.1:9/none', dataDir })
   try {
     assert.equal(db.engine, 'postgres')
     assert.ok(!loadedInternals().some((name) => name.includes('undici')), "pg's Cloudflare probe loaded undici")
-    assert.deepEqual(Object.getOwnPropertyDescriptor(globalThis, 'Response'), before)
-    // And Response still works for anyone who wants it.
-    assert.equal(await new Response('still here').text(), 'still here')
   } finally {
     await db.close()
     rmSync(dataDir, { recursive: true, force: true })
