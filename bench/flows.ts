@@ -9,6 +9,8 @@
 // factor takes a 30-second step once, so a worker picks a user whose next step is still open.
 //   echo '{"flow":"mfa","api":"http://127.0.0.1:3000/api/v1","origin":"http://localhost:3000","workers":8,"seconds":10}' | node --import tsx bench/flows.ts
 import { createHmac } from 'node:crypto'
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { inChild } from './load.ts'
 import { SoftAuthenticator, type CreationOptionsJSON, type RequestOptionsJSON } from '../test/helpers/webauthn.ts'
@@ -22,6 +24,8 @@ export interface FlowSpec {
   workers: number
   seconds: number
   warmupSeconds?: number
+  /** The server's dev outbox (DATA_DIR/outbox): the flows' users verify their address from it. */
+  outbox: string
 }
 
 export interface FlowResult {
@@ -70,9 +74,34 @@ async function post(url: string, body: unknown, token?: string): Promise<{ statu
   return { status: response.status, body: await response.json() }
 }
 
-async function signedInUser(api: string, tag: string): Promise<{ email: string; access: string }> {
+/**
+ * Adding a factor needs a verified address (API.md), and the bench's server does not require
+ * verification to sign in, so registration mails nothing: resend-verification does, into the
+ * server's outbox, where the token stands on a line of its own.
+ */
+async function verifyAddress(api: string, email: string, outbox: string): Promise<void> {
+  await post(`${api}/auth/resend-verification`, { email })
+  const deadline = Date.now() + 10_000
+  while (Date.now() < deadline) {
+    // The folder appears with the server's first mail.
+    const names = existsSync(outbox) ? readdirSync(outbox).filter((name) => name.endsWith('.eml')) : []
+    for (const name of names) {
+      const text = readFileSync(path.join(outbox, name), 'utf8')
+      const token = text.includes(`To: ${email}`) ? /^([A-Za-z0-9_-]{43})\r?$/m.exec(text)?.[1] : undefined
+      if (!token) continue
+      const verified = await post(`${api}/auth/verify-email`, { token })
+      if (verified.status !== 200) throw new Error(`bench/flows.ts: verify-email failed: ${JSON.stringify(verified.body)}`)
+      return
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  throw new Error(`bench/flows.ts: no verification mail for ${email} in ${outbox}`)
+}
+
+async function signedInUser(api: string, tag: string, outbox: string): Promise<{ email: string; access: string }> {
   const email = `flow-${tag}-${process.pid}-${Math.random().toString(36).slice(2, 10)}@example.com`
   await post(`${api}/auth/register`, { email, password: PASSWORD, full_name: 'Bench' })
+  await verifyAddress(api, email, outbox)
   const login = await post(`${api}/auth/login`, { email, password: PASSWORD })
   if (login.status !== 200) throw new Error(`bench/flows.ts: login failed: ${JSON.stringify(login.body)}`)
   return { email, access: login.body.data.access_token }
@@ -81,10 +110,10 @@ async function signedInUser(api: string, tag: string): Promise<{ email: string; 
 /** One worker's sign-in: resolves with the whole sign-in's time, the second request's, and the new access token. */
 type SignIn = () => Promise<{ totalMs: number; secondMs: number; access: string }>
 
-async function mfaWorker(api: string): Promise<SignIn> {
+async function mfaWorker(api: string, outbox: string): Promise<SignIn> {
   const users: { email: string; secret: string; last: number }[] = []
   for (let i = 0; i < MFA_USERS_PER_WORKER; i++) {
-    const { email, access } = await signedInUser(api, 'mfa')
+    const { email, access } = await signedInUser(api, 'mfa', outbox)
     const enrolment = (await post(`${api}/auth/mfa/totp`, {}, access)).body.data
     const step = stepNow() - 1
     const confirmed = await post(`${api}/auth/mfa/totp/${enrolment.factor_id}/confirm`, { code: totpAt(enrolment.secret, step) }, access)
@@ -112,9 +141,9 @@ async function mfaWorker(api: string): Promise<SignIn> {
   }
 }
 
-async function passkeyWorker(api: string, origin: string): Promise<SignIn> {
+async function passkeyWorker(api: string, origin: string, outbox: string): Promise<SignIn> {
   // One user and one authenticator per worker: a worker signs in one at a time, so the counter only climbs.
-  const { access } = await signedInUser(api, 'passkey')
+  const { access } = await signedInUser(api, 'passkey', outbox)
   const device = new SoftAuthenticator()
   const options = (await post(`${api}/auth/passkeys/register/options`, undefined, access)).body.data.options as CreationOptionsJSON
   const registered = await post(`${api}/auth/passkeys/register`, { credential: device.register(options, { origin }) }, access)
@@ -134,7 +163,7 @@ async function passkeyWorker(api: string, origin: string): Promise<SignIn> {
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? Number.NaN
 
 export async function runFlow(spec: FlowSpec): Promise<FlowResult> {
-  const workers: SignIn[] = await Promise.all(Array.from({ length: spec.workers }, () => (spec.flow === 'mfa' ? mfaWorker(spec.api) : passkeyWorker(spec.api, spec.origin))))
+  const workers: SignIn[] = await Promise.all(Array.from({ length: spec.workers }, () => (spec.flow === 'mfa' ? mfaWorker(spec.api, spec.outbox) : passkeyWorker(spec.api, spec.origin, spec.outbox))))
   const whole: number[] = []
   const second: number[] = []
   const reads: number[] = []

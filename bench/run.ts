@@ -46,7 +46,7 @@ const FLOOD_READ_CONNECTIONS = 10
 const READERS = 100
 const ATTEMPTS = 4
 const json = { 'content-type': 'application/json' }
-const limits = { RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000', LOG_LEVEL }
+const limits = { RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000', RATE_LIMIT_MAIL_PER_IP: '1000000000', LOG_LEVEL }
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 const mb = (bytes: number) => Math.round(bytes / 1024 / 1024)
@@ -64,12 +64,15 @@ if (PREVIOUS !== 'none') {
   const full = git('rev-parse', `${PREVIOUS}^{commit}`)
   const tree = mkdtempSync(path.join(os.tmpdir(), 'portcullis-bench-previous-'))
   execSync(`git archive ${full} | tar -x -C ${tree}`)
-  // The same lockfile: this tree's node_modules serve (better-sqlite3 builds from source in about a minute otherwise).
+  // Always this tree's node_modules, so both builds run on one runtime and one set of native
+  // modules: a release from before the move to Node 24 (8b9d1f9) would otherwise get its own
+  // better-sqlite3 12, built for the machine's Node 20, which Node 24 cannot load. Its build is
+  // emitted whatever tsc says of it against today's type declarations (only the emit is needed).
   const sameLock = git('show', `${full}:package-lock.json`) === readFileSync('package-lock.json', 'utf8').trim()
-  if (sameLock) symlinkSync(path.resolve('node_modules'), path.join(tree, 'node_modules'))
-  const build = spawnSync('sh', ['-c', sameLock ? 'npm run build' : 'npm ci'], { cwd: tree, stdio: ['ignore', 'ignore', 'inherit'] })
+  symlinkSync(path.resolve('node_modules'), path.join(tree, 'node_modules'))
+  const build = spawnSync('sh', ['-c', 'npx tsc -p tsconfig.build.json; node scripts/bundle.mjs'], { cwd: tree, stdio: ['ignore', 'ignore', 'inherit'] })
   if (build.status !== 0) throw new Error(`bench: could not build ${PREVIOUS} in ${tree}`)
-  previous = { name: 'previous', tree, commit: git('rev-parse', '--short', full), note: sameLock ? "this tree's node_modules (same lockfile)" : 'its own npm ci' }
+  previous = { name: 'previous', tree, commit: git('rev-parse', '--short', full), note: sameLock ? "this tree's node_modules (same lockfile)" : "this tree's node_modules (its own lockfile differs: same runtime and natives for both)" }
 }
 const builds: Build[] = [...(previous ? [previous] : []), { name: 'current' }]
 
@@ -208,7 +211,7 @@ async function serviceRun(build: Build, engine: string, restart: boolean): Promi
       const origin = `http://localhost:${new URL(server.base).port}`
       const flow = (kind: 'mfa' | 'passkey') =>
         undisturbed(`${label} ${kind} sign-in`, server, async () => {
-          const result = await flowInChild({ flow: kind, api, origin, workers: HASHING_CONNECTIONS, seconds: SECONDS, warmupSeconds: kind === 'passkey' ? WARMUP : 0 }, LOADER_CPUS)
+          const result = await flowInChild({ flow: kind, api, origin, outbox: path.join(server.dataDir, 'outbox'), workers: HASHING_CONNECTIONS, seconds: SECONDS, warmupSeconds: kind === 'passkey' ? WARMUP : 0 }, LOADER_CPUS)
           return { value: result, loaderCpuMs: result.loaderProcessCpuMs }
         })
       run.mfa = await flow('mfa')
