@@ -3,24 +3,14 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync } from 'node:fs'
 import { connect } from 'node:net'
-import { Writable } from 'node:stream'
 import { describe, test } from 'node:test'
 import { freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, within, type TestApp } from '../helpers/app.ts'
 import { createStorage } from '../helpers/db.ts'
+import { LogCapture } from '../helpers/logs.ts'
 
 const REDIS_SERVER = ['/usr/bin/redis-server', '/usr/local/bin/redis-server'].find((candidate) => existsSync(candidate))
 const FREE_FAILURES = 3
 
-class LogCapture extends Writable {
-  lines: string[] = []
-  override _write(chunk: Buffer, _encoding: string, done: () => void) {
-    this.lines.push(...chunk.toString('utf8').split('\n').filter(Boolean))
-    done()
-  }
-  messages(pattern: RegExp): Record<string, unknown>[] {
-    return this.lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((entry) => pattern.test(String(entry.msg)))
-  }
-}
 
 /** A redis-server of this test's own (the shared one is never stopped), on a fixed loopback port. */
 async function startRedis(port: number): Promise<ChildProcess> {

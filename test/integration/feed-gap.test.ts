@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict'
-import { Writable } from 'node:stream'
 import { after, afterEach, before, describe, test } from 'node:test'
 import { decodeJwt } from 'jose'
 import { sql } from 'kysely'
@@ -7,17 +6,8 @@ import { changeFeed } from '../../src/db/repositories.ts'
 import { createStorage, ENGINES, type TestStorage } from '../helpers/db.ts'
 import { registerVerifyLogin, startTestApp, type TestApp } from '../helpers/app.ts'
 import { TcpProxy } from '../helpers/proxy.ts'
+import { LogCapture } from '../helpers/logs.ts'
 
-class LogCapture extends Writable {
-  lines: string[] = []
-  override _write(chunk: Buffer, _encoding: string, done: () => void) {
-    this.lines.push(...chunk.toString('utf8').split('\n').filter(Boolean))
-    done()
-  }
-  messages(pattern: RegExp): Record<string, unknown>[] {
-    return this.lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((entry) => pattern.test(String(entry.msg)))
-  }
-}
 
 /** B's feed window: small, so a revocation can fall out of it in well under a second of real time. */
 const WINDOW_MS = 500

@@ -1,22 +1,12 @@
 import assert from 'node:assert/strict'
-import { Writable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { after, before, describe, test } from 'node:test'
 import { createArgon2Hasher } from '../../src/auth/passwords.ts'
 import { createStorage, ENGINES } from '../helpers/db.ts'
 import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, within, type TestApp } from '../helpers/app.ts'
 import { TcpProxy } from '../helpers/proxy.ts'
+import { LogCapture } from '../helpers/logs.ts'
 
-class LogCapture extends Writable {
-  lines: string[] = []
-  override _write(chunk: Buffer, _encoding: string, done: () => void) {
-    this.lines.push(...chunk.toString('utf8').split('\n').filter(Boolean))
-    done()
-  }
-  entries(): Record<string, unknown>[] {
-    return this.lines.map((line) => JSON.parse(line) as Record<string, unknown>)
-  }
-}
 
 /** A registration carrying its own request id, so its log lines can be found. */
 function registerWithRequestId(t: TestApp, requestId: string) {
