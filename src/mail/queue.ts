@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import { KeyEncryptionError, KeySealer } from '../auth/key-encryption.ts'
 import type { Clock } from '../clock.ts'
@@ -6,20 +5,15 @@ import type { Db } from '../db/index.ts'
 import type { Database, MailKind } from '../db/schema.ts'
 import type { Metrics } from '../http/metrics.ts'
 import type { Logger } from '../logger.ts'
+import { DurableQueue, type DurableQueueNames, type DurableQueueOptions, type DurableStore } from '../queue/durable.ts'
 import type { MailMessage, MailTransport } from './index.ts'
 import { openBodies, outbox, sealBodies, sealedUnder, type OutboxRow } from './outbox.ts'
 
-export interface MailQueueOptions {
-  /** How often every instance looks for due mail (a new mail is also sent at once). */
-  pollMs: number
-  /** How long a claimed mail is this instance's; longer than any send can take. */
-  leaseMs: number
-  /** The first retry's delay; each further one doubles, up to retryMaxMs. */
-  retryBaseMs: number
-  retryMaxMs: number
-  /** Mail not delivered by this age is given up (MAIL_MAX_AGE_HOURS). */
-  maxAgeMs: number
-}
+/**
+ * The mail queue's timings (leaseMs from MAIL_LEASE_SECONDS, maxAgeMs from MAIL_MAX_AGE_HOURS);
+ * the batch size is fixed (BATCH).
+ */
+export type MailQueueOptions = Omit<DurableQueueOptions, 'batch'>
 
 export const DEFAULT_MAIL_QUEUE: MailQueueOptions = {
   pollMs: 1000,
@@ -39,49 +33,72 @@ function isPermanent(error: unknown): boolean {
   return typeof code === 'number' && code >= 500 && code < 600
 }
 
+/** Published: operators alert on these metrics and search for these lines, so they are never renamed. */
+const MAIL_NAMES: DurableQueueNames<OutboxRow> = {
+  sent: { name: 'portcullis_mail_sent_total', help: 'Mails handed to the relay by this instance.' },
+  retried: { name: 'portcullis_mail_retried_total', help: 'Mail deliveries that failed and were rescheduled.' },
+  failed: { name: 'portcullis_mail_failed_total', help: 'Mails given up (SMTP 5xx, or older than MAIL_MAX_AGE_HOURS).' },
+  queued: { name: 'portcullis_mail_queued', help: 'Mails waiting to be sent, on every instance (read from the database).' },
+  label: { name: 'kind', of: (row) => row.kind },
+  log: {
+    givenUp: 'mail given up',
+    retrying: 'mail delivery failed; will retry',
+    passFailed: 'mail queue pass failed',
+    fields: (row) => ({ mail: { id: row.id, kind: row.kind, attempts: row.attempts } }),
+  },
+}
+
+/** The durable queue's storage, on mail_outbox; closing a mail either way erases its bodies. */
+function outboxStore(db: Db): DurableStore<OutboxRow> {
+  return {
+    claim: (owner, now, leaseMs, limit) => outbox.claim(db, owner, now, leaseMs, limit),
+    delivered: (id, owner, at) => outbox.close(db.kysely, id, owner, { sent_at: at, last_error: null }),
+    givenUp: (id, owner, at, error) => outbox.close(db.kysely, id, owner, { failed_at: at, last_error: error }),
+    retryAt: (id, owner, at, error) => outbox.retryAt(db.kysely, id, owner, at, error),
+    pending: () => outbox.pending(db.kysely),
+  }
+}
+
 /**
- * Durable mail. A mail is written to the database in the same transaction as the token it
- * carries (enqueue), so it exists exactly when the token does, and survives a crash or a relay
- * outage. Every instance runs a sender that claims due mail with a lease, so a mail is sent by one
- * instance at a time, once in the normal case and at least once after a crash. Failures are
- * retried with a doubling delay (relay down, 4xx, timeouts); an SMTP 5xx or a mail older than the
- * horizon is given up and recorded.
+ * Durable mail, on the shared durable queue (src/queue/durable.ts). A mail is written to the
+ * database in the same transaction as the token it carries (enqueue), so it exists exactly when
+ * the token does, and survives a crash or a relay outage. Every instance runs a sender that claims
+ * due mail with a lease, so a mail is sent by one instance at a time, once in the normal case and
+ * at least once after a crash. Failures are retried with a doubling delay (relay down, 4xx,
+ * timeouts); an SMTP 5xx or a mail older than the horizon is given up and recorded.
  */
 export class MailQueue {
-  private readonly owner = randomUUID()
-  private timer: NodeJS.Timeout | null = null
-  private running: Promise<void> | null = null
-  private again = false
-  private stopped = false
-  private readonly sent
-  private readonly retried
-  private readonly failed
+  private readonly queue: DurableQueue<OutboxRow>
 
   constructor(
     private readonly db: Db,
-    private readonly transport: MailTransport,
+    transport: MailTransport,
     /**
      * Seals the bodies at rest (they carry one-time links) and opens them to send; during a
      * `keys rewrap` an instance given OLD_KEY_ENCRYPTION_KEY as well still opens mail sealed under it.
      */
     private readonly sealers: { current: KeySealer; previous?: KeySealer | undefined },
     private readonly clock: Clock,
-    private readonly logger: Logger,
+    logger: Logger,
     metrics: Metrics,
-    private readonly options: MailQueueOptions = DEFAULT_MAIL_QUEUE,
+    options: MailQueueOptions = DEFAULT_MAIL_QUEUE,
   ) {
-    this.sent = metrics.counter({ name: 'portcullis_mail_sent_total', help: 'Mails handed to the relay by this instance.', labelNames: ['kind'] as const })
-    this.retried = metrics.counter({ name: 'portcullis_mail_retried_total', help: 'Mail deliveries that failed and were rescheduled.', labelNames: ['kind'] as const })
-    this.failed = metrics.counter({ name: 'portcullis_mail_failed_total', help: 'Mails given up (SMTP 5xx, or older than MAIL_MAX_AGE_HOURS).', labelNames: ['kind'] as const })
-    metrics.gauge({ name: 'portcullis_mail_queued', help: 'Mails waiting to be sent, on every instance (read from the database).', read: () => this.queuedCount })
+    this.queue = new DurableQueue({
+      store: outboxStore(db),
+      // Opened here, inside the delivery: a body no key opens is a failed attempt, not a failed pass.
+      deliver: (row) => transport.send({ to: row.recipient, subject: row.subject, ...openBodies(this.openers, row) }),
+      isPermanent,
+      clock,
+      logger,
+      metrics,
+      options: { ...options, batch: BATCH },
+      names: MAIL_NAMES,
+    })
   }
 
   private get openers(): KeySealer[] {
     return this.sealers.previous ? [this.sealers.current, this.sealers.previous] : [this.sealers.current]
   }
-
-  /** The queue length as of the last pass; the gauge reads it without a query per scrape. */
-  private queuedCount = 0
 
   /** Call inside the transaction that creates the token the mail carries. */
   async enqueue(trx: Kysely<Database>, mail: { userId: string | null; kind: MailKind; message: MailMessage }): Promise<void> {
@@ -103,74 +120,22 @@ export class MailQueue {
   }
 
   start(): void {
-    this.timer = setInterval(() => this.kick(), this.options.pollMs)
-    this.timer.unref()
-    this.kick()
+    this.queue.start()
   }
 
   /** Looks for due mail now (after a commit that enqueued one); passes never overlap. */
   kick(): void {
-    if (this.stopped) return
-    if (this.running) {
-      this.again = true
-      return
-    }
-    this.running = this.pass()
-      .catch((error: unknown) => this.logger.warn({ err: { message: (error as Error).message } }, 'mail queue pass failed'))
-      .finally(() => {
-        this.running = null
-        if (this.again) {
-          this.again = false
-          this.kick()
-        }
-      })
-  }
-
-  private async pass(): Promise<void> {
-    for (;;) {
-      const batch = await outbox.claim(this.db, this.owner, this.clock.now(), this.options.leaseMs, BATCH)
-      // One at a time: a relay is better served by a steady stream than by a burst of connections.
-      for (const row of batch) await this.deliver(row)
-      if (batch.length < BATCH || this.stopped) break
-    }
-    this.queuedCount = await outbox.pending(this.db.kysely)
-  }
-
-  private async deliver(row: OutboxRow): Promise<void> {
-    const mail = { id: row.id, kind: row.kind, attempts: row.attempts }
-    try {
-      await this.transport.send({ to: row.recipient, subject: row.subject, ...openBodies(this.openers, row) })
-    } catch (error) {
-      const now = this.clock.now()
-      const reason = ((error as Error).message ?? 'unknown error').slice(0, 300)
-      if (isPermanent(error) || now - row.created_at >= this.options.maxAgeMs) {
-        await outbox.close(this.db.kysely, row.id, this.owner, { failed_at: now, last_error: reason })
-        this.failed.inc({ kind: row.kind })
-        this.logger.error({ mail, err: { message: reason } }, 'mail given up')
-        return
-      }
-      const delay = Math.min(this.options.retryBaseMs * 2 ** (row.attempts - 1), this.options.retryMaxMs)
-      await outbox.retryAt(this.db.kysely, row.id, this.owner, now + delay, reason)
-      this.retried.inc({ kind: row.kind })
-      this.logger.warn({ mail, retryInMs: delay, err: { message: reason } }, 'mail delivery failed; will retry')
-      return
-    }
-    await outbox.close(this.db.kysely, row.id, this.owner, { sent_at: this.clock.now(), last_error: null })
-    this.sent.inc({ kind: row.kind })
+    this.queue.kick()
   }
 
   /** Resolves once every mail due now has been tried once more (tests wait on it). */
-  async flush(): Promise<void> {
-    await this.running
-    this.kick()
-    await this.running
+  flush(): Promise<void> {
+    return this.queue.flush()
   }
 
   /** Stops claiming; resolves once the pass under way (if any) has finished. */
-  async stop(): Promise<void> {
-    this.stopped = true
-    if (this.timer) clearInterval(this.timer)
-    await this.running
+  stop(): Promise<void> {
+    return this.queue.stop()
   }
 }
 
