@@ -18,6 +18,8 @@ import { lazyRequestLogger, logDestination, REDACT_PATHS, requestLineLogger, ser
 import { protectedMfaRoutes, publicMfaRoutes, recentSecondFactor } from './mfa/routes.ts'
 import { protectedOidcRoutes, publicOidcRoutes } from './oidc/routes.ts'
 import { pageRoutes } from './pages/routes.ts'
+import { advertiseResourceMetadata, resourceMetadataUrl } from './provider/resource.ts'
+import { protectedProviderRoutes, providerRoutes } from './provider/routes.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
 import { watchlistRoutes } from './watchlists/routes.ts'
 
@@ -156,12 +158,21 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   const recent = recentSecondFactor(mfa)
   const brand = { appName: config.appName, appUrl: config.appUrl }
   const oidcRoutes = { basePath: config.basePath, secure: secureCookies, brand }
+  // The API's protected resource metadata (RFC 9728), named in its 401s.
+  const metadataUrl = resourceMetadataUrl(config.publicUrl, config.basePath)
   await app.register(opsRoutes, { db, keys, metrics, readiness })
   // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
   await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand, ownOrigin: new URL(config.publicUrl).origin })
+  // Portcullis as an OpenID provider: the library's endpoints under /oauth/, and its pages (src/provider/).
+  await app.register(providerRoutes, {
+    provider: services.provider, clients: services.clients, auth, mfa, lifecycle, limits, hasher, brand,
+    ownOrigin: new URL(config.publicUrl).origin,
+    resourceMetadata: { url: metadataUrl, resource: config.audience, issuer: config.provider.issuer },
+  })
   await app.register(
     async (api) => {
       await api.register(async (open) => {
+        advertiseResourceMetadata(open, metadataUrl)
         await publicAuthRoutes(open, auth, limits, hasher, cookies)
         await publicLifecycleRoutes(open, lifecycle, limits, hasher, cookies)
         await publicMfaRoutes(open, mfa, limits, cookies, auth)
@@ -169,16 +180,24 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
         await publicOidcRoutes(open, oidc, limits, cookies, oidcRoutes)
       })
       await api.register(async (scope) => {
+        advertiseResourceMetadata(scope, metadataUrl)
         protect(scope, auth)
         await protectedAuthRoutes(scope, auth)
         await protectedLifecycleRoutes(scope, lifecycle, hasher, cookies, recent)
         await dataRightsRoutes(scope, dataRights, limits, hasher, cookies, recent)
         await protectedMfaRoutes(scope, mfa, limits, recent)
         await protectedOidcRoutes(scope, oidc, recent, oidcRoutes)
-        await watchlistRoutes(scope, watchlists)
+        // The apps the user approved through the OpenID provider (src/provider/).
+        await protectedProviderRoutes(scope, services.provider, recent)
+      })
+      // The example resource: Portcullis's own tokens, and the provider's for this API (src/provider/resource.ts).
+      await api.register(async (resource) => {
+        advertiseResourceMetadata(resource, metadataUrl)
+        protect(resource, { authenticate: (token) => services.resourceTokens.authenticate(token, auth) })
+        await watchlistRoutes(resource, watchlists, metadataUrl)
       })
       // Operators: API keys, never a user's token (src/admin/).
-      await api.register(adminRoutes, { admin, apiKeys, limits })
+      await api.register(adminRoutes, { admin, apiKeys, limits, clients: services.clients })
     },
     { prefix: config.basePath },
   )

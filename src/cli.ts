@@ -2,14 +2,17 @@ import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { AccountService, DISABLE_REASONS, UnknownUserError, type DisableReason } from './accounts/service.ts'
 import { ApiKeyError, ApiKeyService, SCOPES, type Scope } from './admin/api-keys.ts'
 import { KeyEncryptionError, KeySealer, resolveKek } from './auth/key-encryption.ts'
-import { describeKeys, rewrapStoredKeys, rotateSigningKey, sealedSecret, sealStoredKeys } from './auth/keys.ts'
+import { describeKeys, rewrapStoredKeys, rotateSigningKeys, sealedSecret, sealStoredKeys } from './auth/keys.ts'
 import { REFRESH_TTL_SECONDS } from './auth/tokens.ts'
 import { systemClock, type Clock } from './clock.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { migrate, openDatabase, type Db } from './db/index.ts'
 import { signingKeys } from './db/repositories.ts'
+import { AppError } from './errors.ts'
 import { rewrapWaitingMail } from './mail/queue.ts'
 import { resetSecondFactors, rewrapTotpSecrets } from './mfa/service.ts'
+import { ClientRegistry, rewrapClientSecrets } from './provider/clients.ts'
+import { DEVICE_CODE_GRANT, type ClientCreate } from './provider/schemas.ts'
 import { accountSignOut } from './services.ts'
 
 /** A wrong command line: exit 2 with the usage of what was meant. */
@@ -36,7 +39,8 @@ interface Context {
   env: Record<string, string | undefined>
   io: CliIo
   clock: Clock
-  values: Record<string, string | boolean | undefined>
+  /** A repeatable option (`multiple: true`) arrives as the list of its values. */
+  values: Record<string, string | boolean | string[] | undefined>
   positionals: string[]
 }
 
@@ -88,13 +92,21 @@ async function apiKeysOf(config: Config, db: Db, context: Context): Promise<ApiK
   return new ApiKeyService(db, context.clock, await sealedSecret(db, sealer, 'api_key_hmac', context.clock.now()))
 }
 
+/** The client registry on the server's database, sealing secrets under the server's key. */
+function clientRegistry(context: Context, run: (clients: ClientRegistry) => Promise<number>): Promise<number> {
+  const config = loadConfig(context.env)
+  return withDatabase(config, async (db) => run(new ClientRegistry({ db, clock: context.clock, sealer: await sealerFor(config, db, context.io) })))
+}
+
+const json = (value: unknown) => JSON.stringify(value, null, 2)
+
 /** The database the server uses, with the account operations on it. */
 function accounts(context: Context, run: (service: AccountService) => Promise<number>): Promise<number> {
   return withDatabase(loadConfig(context.env), (db) => run(accountServiceOn(db, context.clock)))
 }
 
 function accountServiceOn(db: Db, clock: Clock): AccountService {
-  return new AccountService(db, clock, accountSignOut())
+  return new AccountService(db, clock, accountSignOut(clock))
 }
 
 const commands: Command[] = [
@@ -231,12 +243,12 @@ const commands: Command[] = [
   },
   {
     name: 'keys rotate',
-    summary: 'add a new signing key (old ones keep verifying)',
+    summary: 'add a new signing key to each key family in use (old ones keep verifying)',
     run: ({ env, io, clock }) => {
       const config = loadConfig(env)
       return withDatabase(config, async (db) => {
-        const kid = await rotateSigningKey(db, await sealerFor(config, db, io), clock.now())
-        io.out(`new signing key ${kid}; running instances sign with it within a minute, old keys keep verifying`)
+        const kids = await rotateSigningKeys(db, await sealerFor(config, db, io), clock.now())
+        for (const kid of kids) io.out(`new signing key ${kid}; running instances sign with it within a minute, old keys keep verifying`)
         return 0
       })
     },
@@ -253,8 +265,8 @@ const commands: Command[] = [
       const from = new KeySealer(config.oldKeyEncryptionKey)
       const to = new KeySealer(config.keyEncryptionKey)
       return withDatabase(config, async (db) => {
-        const count = await rewrapStoredKeys(db, from, to, [rewrapWaitingMail, rewrapTotpSecrets])
-        io.out(`re-encrypted ${count} stored key(s), queued mail(s) and second-factor secret(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
+        const count = await rewrapStoredKeys(db, from, to, [rewrapWaitingMail, rewrapTotpSecrets, rewrapClientSecrets])
+        io.out(`re-encrypted ${count} stored key(s), queued mail(s), second-factor secret(s) and client secret(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
         return 0
       })
     },
@@ -318,6 +330,111 @@ const commands: Command[] = [
       })
     },
   },
+  {
+    name: 'clients add',
+    args: '--name NAME --type public|confidential [...]',
+    summary: 'register a client of the OpenID provider and print it as JSON (with its secret, once)',
+    help: [
+      'Repeat for each value: --redirect-uri URI, --post-logout-redirect-uri URI, --scope S, --grant G.',
+      'Also: --first-party (skips consent), --pkce-required=false (confidential clients only),',
+      '--backchannel-logout-uri URI, --token-endpoint-auth-method M, --id-token-alg RS256|EdDSA,',
+      '--jwks-uri URI (for private_key_jwt). Defaults: every scope; the grants authorization_code and',
+      `refresh_token (--grant device_code is short for ${DEVICE_CODE_GRANT}).`,
+      "A confidential client's secret is shown here and never again: only a sealed copy is stored.",
+    ],
+    options: {
+      name: { type: 'string' },
+      type: { type: 'string' },
+      'redirect-uri': { type: 'string', multiple: true },
+      'post-logout-redirect-uri': { type: 'string', multiple: true },
+      'first-party': { type: 'boolean' },
+      scope: { type: 'string', multiple: true },
+      grant: { type: 'string', multiple: true },
+      'backchannel-logout-uri': { type: 'string' },
+      'pkce-required': { type: 'string' },
+      'token-endpoint-auth-method': { type: 'string' },
+      'id-token-alg': { type: 'string' },
+      'jwks-uri': { type: 'string' },
+    },
+    run: (context) => {
+      const v = context.values
+      const usage = usageOf('clients add')
+      if (v.name === undefined) throw new UsageError('--name is required', usage)
+      if (v.type === undefined) throw new UsageError('--type is required (public or confidential)', usage)
+      const pkce = v['pkce-required']
+      if (pkce !== undefined && pkce !== 'true' && pkce !== 'false') throw new UsageError('--pkce-required takes true or false', usage)
+      // The registry judges every value (the same rules and messages as POST /admin/clients).
+      const input = {
+        name: v.name,
+        type: v.type,
+        redirect_uris: v['redirect-uri'],
+        post_logout_redirect_uris: v['post-logout-redirect-uri'],
+        first_party: v['first-party'],
+        scopes: v.scope,
+        grant_types: (v.grant as string[] | undefined)?.map((grant) => (grant === 'device_code' ? DEVICE_CODE_GRANT : grant)),
+        backchannel_logout_uri: v['backchannel-logout-uri'],
+        pkce_required: pkce === undefined ? undefined : pkce === 'true',
+        token_endpoint_auth_method: v['token-endpoint-auth-method'],
+        id_token_signed_response_alg: v['id-token-alg'],
+        jwks_uri: v['jwks-uri'],
+      } as ClientCreate
+      return clientRegistry(context, async (clients) => {
+        const created = await clients.create(input)
+        context.io.out(json(created))
+        if (created.client_secret !== undefined) context.io.err(`portcullis: client ${created.client.client_id}: this is the only time its secret is shown`)
+        return 0
+      })
+    },
+  },
+  {
+    name: 'clients list',
+    args: '[--json]',
+    summary: 'list the registered clients: client_id, name, type, first_party (oldest first)',
+    options: { json: { type: 'boolean' } },
+    run: (context) =>
+      clientRegistry(context, async (clients) => {
+        const list = await clients.list()
+        if (context.values.json) context.io.out(json({ clients: list }))
+        else for (const row of [['client_id', 'name', 'type', 'first_party'], ...list.map((c) => [c.client_id, c.name, c.type, String(c.first_party)])]) context.io.out(row.join('\t'))
+        return 0
+      }),
+  },
+  {
+    name: 'clients show',
+    args: 'CLIENT_ID',
+    summary: 'print a client as JSON (never its secret)',
+    positionals: 1,
+    run: (context) =>
+      clientRegistry(context, async (clients) => {
+        context.io.out(json({ client: await clients.get(context.positionals[0]!) }))
+        return 0
+      }),
+  },
+  {
+    name: 'clients remove',
+    args: 'CLIENT_ID',
+    summary: 'remove a client and every grant, code and token it holds',
+    positionals: 1,
+    run: (context) =>
+      clientRegistry(context, async (clients) => {
+        const { client_id } = await clients.remove(context.positionals[0]!)
+        context.io.out(`client ${client_id}: removed, with its grants and tokens`)
+        return 0
+      }),
+  },
+  {
+    name: 'clients rotate-secret',
+    args: 'CLIENT_ID',
+    summary: 'give a confidential client a new secret and print it once; the old one stops working at once',
+    positionals: 1,
+    run: (context) =>
+      clientRegistry(context, async (clients) => {
+        const rotated = await clients.rotateSecret(context.positionals[0]!)
+        context.io.out(json(rotated))
+        context.io.err(`portcullis: client ${rotated.client.client_id}: this is the only time the new secret is shown; the old one no longer works`)
+        return 0
+      }),
+  },
 ]
 
 function usageOf(name: string): string {
@@ -369,7 +486,7 @@ export async function runCli(
       io.out(usageOf(command.name))
       return 0
     }
-    let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] }
+    let parsed: { values: Context['values']; positionals: string[] }
     try {
       parsed = parseArgs({ args: rest, options: command.options ?? {}, allowPositionals: true, strict: true }) as typeof parsed
     } catch (error) {
@@ -388,6 +505,12 @@ export async function runCli(
     }
     if (error instanceof UnknownUserError || error instanceof ConfigError || error instanceof KeyEncryptionError || error instanceof ApiKeyError) {
       io.err(`portcullis: ${error.message}`)
+      return 1
+    }
+    // The services' refusals, as the API would give them, still on one line.
+    if (error instanceof AppError) {
+      const details = (error.details ?? []).map((detail) => `${detail.field} ${detail.message}`)
+      io.err(`portcullis: ${details.length === 0 ? error.message : `${error.message.replace(/\.$/, '')}: ${details.join('; ')}`}`)
       return 1
     }
     io.err(`portcullis: ${(error as Error).message.split('\n')[0]}`)

@@ -48,6 +48,9 @@ const EnvSchema = Type.Object({
   WEBAUTHN_ORIGINS: Type.Optional(Type.String({ minLength: 1 })),
   OIDC_PROVIDERS: Type.Optional(Type.String({ minLength: 1, maxLength: 400 })),
   OIDC_REDIRECT_ORIGINS: Type.Optional(Type.String({ minLength: 1 })),
+  OP_ISSUER: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+/?$' })),
+  OP_ACCESS_TOKEN_TTL: Type.Integer({ minimum: 60, maximum: 86_400, default: 900 }),
+  OP_REGISTRATION: Type.Union([Type.Literal('off'), Type.Literal('initial-access-token')], { default: 'off' }),
   MFA_STEP_UP_SECONDS: Type.Integer({ minimum: 30, maximum: 86_400, default: 600 }),
   AUDIT_RETENTION_DAYS: Type.Integer({ minimum: 0, maximum: 36_500, default: 365 }),
   RETENTION_INTERVAL_SECONDS: Type.Integer({ minimum: 1, maximum: 86_400, default: 3600 }),
@@ -292,6 +295,16 @@ export function loadConfig(source: Record<string, string | undefined> = process.
       redirectOrigins: env.OIDC_REDIRECT_ORIGINS
         ? parseOrigins(env.OIDC_REDIRECT_ORIGINS, 'OIDC_REDIRECT_ORIGINS')
         : [...new Set([...(env.APP_URL ? [new URL(env.APP_URL).origin] : []), new URL(publicUrl).origin, ...corsOrigins])],
+    },
+    /**
+     * Portcullis as an OpenID provider (src/provider/): its issuer (an origin: the library serves
+     * discovery at the issuer and RFC 8414's path only when it has no path), the life of its
+     * access tokens, and whether dynamic client registration is on (behind an operator's token).
+     */
+    provider: {
+      issuer: (env.OP_ISSUER ?? new URL(publicUrl).origin).replace(/\/+$/, ''),
+      accessTokenTtlSeconds: env.OP_ACCESS_TOKEN_TTL,
+      registration: env.OP_REGISTRATION,
     },
     /** The passkey relying party: RP ID, its name, the origins ceremonies may come from. */
     webauthn: relyingParty(env, publicUrl, corsOrigins, env.APP_NAME.trim()),

@@ -7,6 +7,8 @@ import { outbox } from './mail/outbox.ts'
 import { MAIL_RECORD_KEEP_MS } from './mail/queue.ts'
 import { ceremonies, challenges } from './mfa/store.ts'
 import { flows, loginCodes } from './oidc/store.ts'
+import { pruneLogoutDeliveries } from './provider/logouts.ts'
+import { records } from './provider/store.ts'
 
 export interface RetentionOptions {
   /** How often a pass runs (RETENTION_INTERVAL_SECONDS). */
@@ -47,6 +49,8 @@ export interface RetentionPass {
   oneTimeTokens: number
   auditEvents: number
   mail: number
+  /** The OpenID provider's expired codes, tokens, grants, sessions and interactions, and its delivered logout notices. */
+  provider: number
 }
 
 /**
@@ -109,6 +113,7 @@ export class Retention {
         return deleted
       }),
       mail: await this.drain((limit) => outbox.deleteClosed(kysely, now - MAIL_RECORD_KEEP_MS, limit)),
+      provider: await this.drain(async (limit) => (await records.deleteExpired(kysely, ended, limit)) + (await pruneLogoutDeliveries(kysely, now - MAIL_RECORD_KEEP_MS, limit))),
       auditEvents: this.options.auditDays > 0 ? await this.drain((limit) => auditStore.deleteOlderThan(kysely, now - this.options.auditDays * 86_400_000, limit)) : 0,
     }
     if (Object.values(deleted).some((count) => count > 0)) this.logger.info({ deleted }, 'retention pass')

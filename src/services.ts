@@ -35,15 +35,21 @@ import type { Logger } from './logger.ts'
 import { createMailTransport, type MailTransport } from './mail/index.ts'
 import { DEFAULT_MAIL_QUEUE, MailQueue, type MailQueueOptions } from './mail/queue.ts'
 import { CursorCodec } from './cursor.ts'
+import { ClientRegistry } from './provider/clients.ts'
+import { libraryPages } from './pages/provider.ts'
+import { ResourceTokens } from './provider/resource.ts'
+import { endProviderGrants, endProviderSessions } from './provider/logouts.ts'
+import { ProviderService } from './provider/service.ts'
 import { Retention } from './retention.ts'
 import { WatchlistService } from './watchlists/service.ts'
 
 /**
- * What ends with all of an account's sessions, besides them: the sign-ins under way and the proofs
- * pending in the second-factor and identity-provider modules (src/auth/sign-out.ts). The CLI uses it too.
+ * What ends with all of an account's sessions, besides them: the sign-ins under way, the proofs
+ * pending in the second-factor and identity-provider modules, and the OpenID provider's grants
+ * (src/auth/sign-out.ts). The CLI uses it too.
  */
-export function accountSignOut(): AccountSignOut {
-  return new AccountSignOut([endPendingMfaProofs, endPendingOidcProofs])
+export function accountSignOut(clock: Clock): AccountSignOut {
+  return new AccountSignOut(clock, [endPendingMfaProofs, endPendingOidcProofs, endProviderGrants], [endProviderSessions])
 }
 
 /** Everything a test (or another embedding) may replace. */
@@ -80,6 +86,12 @@ export interface AppServices {
   audit: AuditLog
   apiKeys: ApiKeyService
   admin: AdminService
+  /** The OpenID provider's registered clients (src/provider/clients.ts). */
+  clients: ClientRegistry
+  /** Portcullis as an OpenID provider (src/provider/): the library, loaded on first use. */
+  provider: ProviderService
+  /** The watchlists API's view of the provider's access tokens (src/provider/resource.ts). */
+  resourceTokens: ResourceTokens
   watchlists: WatchlistService
   feed: ChangeFeed
   gate: SessionGate
@@ -189,13 +201,26 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   })
   // Every event that ends all of an account's sessions also ends the sign-ins under way and the
   // proofs pending in these modules (src/auth/sign-out.ts).
-  const signOut = accountSignOut()
+  const signOut = accountSignOut(clock)
   const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, signOut, resetPasswordUrl: config.resetPasswordUrl })
   const accounts = new AccountService(db, clock, signOut, (changes) => feed.applyLocally(changes))
   const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc })
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc)
-  return { tokens, auth, mfa, oidc, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin }
+  const clients = new ClientRegistry({ db, clock, sealer })
+  const provider = new ProviderService({
+    db, clock, sealer, clients, logger,
+    keys: infra.keys,
+    hmacKey: await sealedSecret(db, sealer, 'op_hmac', clock.now()),
+    cookieKey: await sealedSecret(db, sealer, 'op_cookie_key', clock.now()),
+    settings: { ...config.provider, apiResource: config.audience },
+    pages: libraryPages({ appName: config.appName, appUrl: config.appUrl }),
+    endSession: (userId, sessionId, context) => lifecycle.endSession(userId, sessionId, context),
+    metrics: infra.metrics,
+    allowLoopbackFetch: !config.production,
+  })
+  const resourceTokens = new ResourceTokens({ db, keys: infra.keys, gate, clock, sessions, issuer: config.provider.issuer, resource: config.audience })
+  return { tokens, auth, mfa, oidc, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {
@@ -232,6 +257,9 @@ export async function startServices(config: Config, overrides: AppOverrides, log
   try {
     const infra = await startInfrastructure(config, overrides, logger, db, started)
     const domain = await wireDomain(infra, config, overrides, logger)
+    // The provider's Back-Channel Logout queue delivers through the provider (loaded when a notice is due).
+    domain.provider.logouts.start()
+    started.push(() => domain.provider.logouts.stop())
     registerGauges(infra, domain.tokens)
     return {
       services: { ...infra, ...domain, readiness: new Readiness() },

@@ -38,6 +38,7 @@ export interface SessionView {
   last_used_at: string
   user_agent: string | null
   current: boolean
+  client: string | null
 }
 
 /** Logout, sessions, and password reset and change: everything after login. */
@@ -65,6 +66,7 @@ export class LifecycleService {
       await alsoInTransaction?.(trx)
       if (which.only === undefined) await this.deps.signOut.endAll(trx, userId)
       const ids = await sessions.revoke(trx, userId, now, which)
+      if (which.only !== undefined) await this.deps.signOut.endSessions(trx, userId, ids)
       await publishChanges(trx, sessionRevocations(userId, ids))
       await recordEvent(trx, this.deps.clock, { type: audit.type, userId, context: audit.context })
       return ids
@@ -83,6 +85,11 @@ export class LifecycleService {
     await this.revokeSessions(result.claims.sub, { only: result.claims.sid }, { type: 'logout', context })
   }
 
+  /** Ends one session of a user, as a logout (the provider's end-session, src/provider/). */
+  async endSession(userId: string, sessionId: string, context: RequestContext): Promise<void> {
+    await this.revokeSessions(userId, { only: sessionId }, { type: 'logout', context })
+  }
+
   async logoutAll(principal: Principal, context: RequestContext): Promise<number> {
     return (await this.revokeSessions(principal.userId, {}, { type: 'logout.all', context })).length
   }
@@ -95,6 +102,7 @@ export class LifecycleService {
       last_used_at: new Date(row.last_used_at).toISOString(),
       user_agent: row.user_agent,
       current: row.id === principal.sessionId,
+      client: row.client_name,
     }))
   }
 

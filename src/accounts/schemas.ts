@@ -17,6 +17,7 @@ export const Session = Type.Object({
   last_used_at: Type.String({ format: 'date-time' }),
   user_agent: Type.Union([Type.String(), Type.Null()]),
   current: Type.Boolean(),
+  client: Type.Union([Type.String(), Type.Null()], { description: 'The app this session signed in to through Portcullis as an OpenID provider (its name when signing in); null for a sign-in to Portcullis itself' }),
 })
 export const Sessions = Envelope(Type.Object({ sessions: Type.Array(Session) }))
 

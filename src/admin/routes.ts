@@ -4,6 +4,8 @@ import { AppError } from '../errors.ts'
 import { requestContext } from '../http/request.ts'
 import { ok } from '../http/schemas.ts'
 import type { Limits } from '../limits/limits.ts'
+import type { ClientRegistry } from '../provider/clients.ts'
+import { ClientCreateBody, ClientCreated, ClientDeleted, ClientList, ClientParams, ClientPatchBody, ClientSecretRotated, OneClient } from '../provider/schemas.ts'
 import type { ApiKeyPrincipal, ApiKeyService, Scope } from './api-keys.ts'
 import { DisableBody, EventsPage, EventsQuery, MfaReset, OneUser, SessionsRevoked, UserDeleted, UserParams, UsersPage, UsersQuery } from './schemas.ts'
 import type { AdminService } from './service.ts'
@@ -51,8 +53,8 @@ function actedBy(request: FastifyRequest) {
 }
 
 /** The admin API (API.md "Operators"), in its own plugin scope under the base path. */
-export async function adminRoutes(fastify: FastifyInstance, options: { admin: AdminService; apiKeys: ApiKeyService; limits: Limits }): Promise<void> {
-  const { admin, apiKeys, limits } = options
+export async function adminRoutes(fastify: FastifyInstance, options: { admin: AdminService; apiKeys: ApiKeyService; limits: Limits; clients: ClientRegistry }): Promise<void> {
+  const { admin, apiKeys, limits, clients } = options
   protectWithApiKeys(fastify, apiKeys, limits)
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const tags = ['admin']
@@ -102,4 +104,35 @@ export async function adminRoutes(fastify: FastifyInstance, options: { admin: Ad
     onRequest: requireScope('audit:read'),
     schema: { tags, security: security('audit:read'), operationId: 'adminListEvents', querystring: EventsQuery, response: { 200: EventsPage } },
   }, async (request) => ok(await admin.events(request.query)))
+
+  // The OpenID provider's clients (src/provider/clients.ts): the same registry as `portcullis clients`.
+  app.post('/admin/clients', {
+    onRequest: requireScope('clients:write'),
+    schema: { tags, security: security('clients:write'), operationId: 'adminCreateClient', body: ClientCreateBody, response: { 201: ClientCreated } },
+  }, async (request, reply) => reply.code(201).send(ok(await clients.create(request.body, actedBy(request)))))
+
+  app.get('/admin/clients', {
+    onRequest: requireScope('clients:read'),
+    schema: { tags, security: security('clients:read'), operationId: 'adminListClients', response: { 200: ClientList } },
+  }, async () => ok({ clients: await clients.list() }))
+
+  app.get('/admin/clients/:client_id', {
+    onRequest: requireScope('clients:read'),
+    schema: { tags, security: security('clients:read'), operationId: 'adminGetClient', params: ClientParams, response: { 200: OneClient } },
+  }, async (request) => ok({ client: await clients.get(request.params.client_id) }))
+
+  app.patch('/admin/clients/:client_id', {
+    onRequest: requireScope('clients:write'),
+    schema: { tags, security: security('clients:write'), operationId: 'adminUpdateClient', params: ClientParams, body: ClientPatchBody, response: { 200: OneClient } },
+  }, async (request) => ok({ client: await clients.update(request.params.client_id, request.body, actedBy(request)) }))
+
+  app.delete('/admin/clients/:client_id', {
+    onRequest: requireScope('clients:write'),
+    schema: { tags, security: security('clients:write'), operationId: 'adminDeleteClient', params: ClientParams, response: { 200: ClientDeleted } },
+  }, async (request) => ok(await clients.remove(request.params.client_id, actedBy(request))))
+
+  app.post('/admin/clients/:client_id/secret', {
+    onRequest: requireScope('clients:write'),
+    schema: { tags, security: security('clients:write'), operationId: 'adminRotateClientSecret', params: ClientParams, response: { 200: ClientSecretRotated } },
+  }, async (request) => ok(await clients.rotateSecret(request.params.client_id, actedBy(request))))
 }

@@ -49,6 +49,10 @@ export const AUDIT_TYPES = [
   'oidc.linked',
   'oidc.unlinked',
   'oidc.refused',
+  'client.created',
+  'client.updated',
+  'client.removed',
+  'client.secret_rotated',
 ] as const
 
 export type AuditType = (typeof AUDIT_TYPES)[number]

@@ -7,6 +7,14 @@ import { KeyEncryptionError, KeySealer } from './key-encryption.ts'
 
 export const SIGNING_ALG = 'EdDSA'
 
+/**
+ * The key families in the store: EdDSA signs Portcullis's own tokens and the OpenID provider's JWT
+ * access tokens; RS256 signs the provider's ID tokens (the one algorithm OpenID Connect requires a
+ * relying party to support). Each family rotates on its own: its newest key signs, older ones keep
+ * verifying for the grace. The RS256 family exists only once the provider has been used.
+ */
+export type KeyAlg = typeof SIGNING_ALG | 'RS256'
+
 /** How long a superseded key stays published and keeps verifying: the longest token life plus slack. */
 export function keyGraceMs(refreshTtlSeconds: number): number {
   return (refreshTtlSeconds + 3600) * 1000
@@ -14,12 +22,13 @@ export function keyGraceMs(refreshTtlSeconds: number): number {
 
 interface LoadedKey {
   kid: string
+  alg: KeyAlg
   createdAt: number
   /** When this key stops verifying: its successor's creation plus the grace; null for the newest. */
   retiresAt: number | null
   publicJwk: JWK
   publicKey: CryptoKey
-  /** The private key, for node:crypto's Ed25519 signing (src/auth/tokens.ts, signCompact). */
+  /** The private key, for node:crypto's Ed25519 signing (src/auth/tokens.ts, signCompact) and the provider. */
   signer: KeyObject
 }
 
@@ -39,19 +48,32 @@ function aadOf(kid: string): string {
   return `signing_key:${kid}`
 }
 
-async function createKeyRow(now: number, sealer: KeySealer): Promise<SigningKeyRow> {
-  const { publicKey, privateKey } = await generateKeyPair(SIGNING_ALG, { extractable: true })
+async function createKeyRow(now: number, sealer: KeySealer, alg: KeyAlg): Promise<SigningKeyRow> {
+  const { publicKey, privateKey } = await generateKeyPair(alg, { extractable: true, ...(alg === 'RS256' ? { modulusLength: 2048 } : {}) })
   const publicJwk = await exportJWK(publicKey)
   const kid = await calculateJwkThumbprint(publicJwk)
   const privateJwk = sealer.seal(JSON.stringify(await exportJWK(privateKey)), aadOf(kid))
-  return { kid, alg: SIGNING_ALG, public_jwk: JSON.stringify(publicJwk), private_jwk: privateJwk, created_at: now }
+  return { kid, alg, public_jwk: JSON.stringify(publicJwk), private_jwk: privateJwk, created_at: now }
 }
 
-/** Adds a new signing key; every instance signs with it once it has reloaded. */
+/**
+ * Adds a new signing key to each family in use (EdDSA always; RS256 once the provider made one);
+ * every instance signs with them once it has reloaded. Returns the new kids, EdDSA's first.
+ */
 export async function rotateSigningKey(db: Db, sealer: KeySealer, now: number): Promise<string> {
-  const row = await createKeyRow(now, sealer)
-  await signingKeys.insert(db.kysely, row)
-  return row.kid
+  return (await rotateSigningKeys(db, sealer, now))[0]!
+}
+
+export async function rotateSigningKeys(db: Db, sealer: KeySealer, now: number): Promise<string[]> {
+  const families = new Set((await signingKeys.list(db.kysely)).map((row) => row.alg as KeyAlg))
+  const kids: string[] = []
+  for (const alg of [SIGNING_ALG, 'RS256'] as const) {
+    if (alg !== SIGNING_ALG && !families.has(alg)) continue
+    const row = await createKeyRow(now, sealer, alg)
+    await signingKeys.insert(db.kysely, row)
+    kids.push(row.kid)
+  }
+  return kids
 }
 
 /** The private JWK of a stored row; a row from before encryption at rest is still read. */
@@ -121,11 +143,12 @@ export async function rewrapStoredKeys(db: Db, from: KeySealer, to: KeySealer, a
   })
 }
 
+/** Each key's state within its family (rows in creation order): the newest signs, a superseded one verifies for the grace. */
 export function describeKeys(rows: SigningKeyRow[], now: number, refreshTtlSeconds: number) {
-  return rows.map((row, index) => {
-    const successor = rows[index + 1]
+  return rows.map((row) => {
+    const successor = rows.find((later) => later.alg === row.alg && later !== row && (later.created_at > row.created_at || (later.created_at === row.created_at && later.kid > row.kid)))
     const retiresAt = successor ? successor.created_at + keyGraceMs(refreshTtlSeconds) : null
-    const state = index === rows.length - 1 ? 'signing' : retiresAt! > now ? 'verifying' : 'retired'
+    const state = retiresAt === null ? 'signing' : retiresAt > now ? 'verifying' : 'retired'
     return { kid: row.kid, alg: row.alg, createdAt: row.created_at, retiresAt, state }
   })
 }
@@ -137,6 +160,7 @@ export function describeKeys(rows: SigningKeyRow[], now: number, refreshTtlSecon
 export class KeyStore {
   private keys = new Map<string, LoadedKey>()
   private signing: LoadedKey | undefined
+  private readonly listeners = new Set<() => void>()
   private lastReload = 0
   private reloading: Promise<void> | undefined
   private timer: NodeJS.Timeout | undefined
@@ -151,7 +175,7 @@ export class KeyStore {
     await sealStoredKeys(this.db, this.options.sealer)
     await this.reload()
     if (!this.signing) {
-      await rotateSigningKey(this.db, this.options.sealer, this.options.clock.now())
+      await signingKeys.insert(this.db.kysely, await createKeyRow(this.options.clock.now(), this.options.sealer, SIGNING_ALG))
       await this.reload()
     }
     const interval = this.options.reloadIntervalMs ?? 60_000
@@ -186,23 +210,59 @@ export class KeyStore {
         continue
       }
       const publicJwk = JSON.parse(row.public_jwk) as JWK
+      const alg = row.alg as KeyAlg
       next.set(row.kid, {
         kid: row.kid,
+        alg,
         createdAt: row.created_at,
         retiresAt,
         publicJwk,
-        publicKey: (await importJWK(publicJwk, SIGNING_ALG)) as CryptoKey,
+        publicKey: (await importJWK(publicJwk, alg)) as CryptoKey,
         signer: createPrivateKey({ key: privateJwkOf(row, this.options.sealer) as JsonWebKey, format: 'jwk' }),
       })
     }
+    const changed = next.size !== this.keys.size || [...next.keys()].some((kid) => !this.keys.has(kid))
     this.keys = next
-    this.signing = rows.length > 0 ? next.get(rows[rows.length - 1]!.kid) : undefined
+    this.signing = [...next.values()].find((key) => key.alg === SIGNING_ALG && key.retiresAt === null)
     this.lastReload = this.options.clock.now()
+    if (changed) for (const listener of this.listeners) listener()
+  }
+
+  /** Told after a reload that found keys added or removed (the provider rebuilds on its key set). */
+  onChange(listener: () => void): void {
+    this.listeners.add(listener)
   }
 
   signingKey(): { kid: string; signer: KeyObject } {
     if (!this.signing) throw new Error('KeyStore used before start()')
     return this.signing
+  }
+
+  /**
+   * Makes sure the family has a key (the provider's RS256 for ID tokens, made on its first use,
+   * not at every start-up): a no-op when one exists.
+   */
+  async ensureFamily(alg: KeyAlg): Promise<void> {
+    if ([...this.keys.values()].some((key) => key.alg === alg)) return
+    const rows = await signingKeys.list(this.db.kysely)
+    if (!rows.some((row) => row.alg === alg)) await signingKeys.insert(this.db.kysely, await createKeyRow(this.options.clock.now(), this.options.sealer, alg))
+    await this.reload()
+  }
+
+  /**
+   * The live keys with their private parts, as JWKs for the OpenID provider library: within each
+   * family the signing key first, then those still verifying, marked verify-only.
+   */
+  privateJwks(): JWK[] {
+    const live = [...this.keys.values()].filter((key) => this.isLive(key))
+    live.sort((a, b) => (a.retiresAt === null ? 0 : 1) - (b.retiresAt === null ? 0 : 1) || b.createdAt - a.createdAt)
+    return live.map((key) => ({
+      ...(key.signer.export({ format: 'jwk' }) as JWK),
+      kid: key.kid,
+      alg: key.alg,
+      use: 'sig',
+      ...(key.retiresAt === null ? {} : { key_ops: ['verify'] }),
+    }))
   }
 
   private isLive(key: LoadedKey): boolean {
@@ -216,7 +276,8 @@ export class KeyStore {
       await this.reload()
       key = this.keys.get(kid)
     }
-    return key && this.isLive(key) ? key.publicKey : null
+    // Portcullis's tokens are EdDSA only; an ID-token key never verifies one.
+    return key && key.alg === SIGNING_ALG && this.isLive(key) ? key.publicKey : null
   }
 
   /** Whether a kid is in the key set and not retired, without a reload (for cached verifications). */
@@ -229,7 +290,11 @@ export class KeyStore {
   jwks(): { keys: JWK[] } {
     const keys = [...this.keys.values()]
       .filter((key) => this.isLive(key))
-      .map((key) => ({ kty: key.publicJwk.kty, crv: key.publicJwk.crv, x: key.publicJwk.x, kid: key.kid, alg: SIGNING_ALG, use: 'sig' }))
+      .map((key) =>
+        key.alg === SIGNING_ALG
+          ? { kty: key.publicJwk.kty, crv: key.publicJwk.crv, x: key.publicJwk.x, kid: key.kid, alg: key.alg, use: 'sig' }
+          : { kty: key.publicJwk.kty, n: key.publicJwk.n, e: key.publicJwk.e, kid: key.kid, alg: key.alg, use: 'sig' },
+      )
     return { keys: keys as JWK[] }
   }
 }

@@ -11,6 +11,12 @@ interface SessionEntry {
   seenAt: number
 }
 
+interface GrantEntry {
+  userId: string
+  revoked: boolean
+  seenAt: number
+}
+
 interface UserEntry {
   state: AccountState
   seenAt: number
@@ -42,6 +48,8 @@ export interface SessionGateOptions {
 export class SessionGate {
   private readonly sessions = new Map<string, SessionEntry>()
   private readonly accounts = new Map<string, UserEntry>()
+  /** OpenID provider grants behind JWT access tokens, by their reference (src/provider/resource.ts). */
+  private readonly grants = new Map<string, GrantEntry>()
   private lastSweep: number
   private readonly idleMs: number
   private readonly maxEntries: number
@@ -60,8 +68,8 @@ export class SessionGate {
   }
 
   /** Entries held in memory, for /metrics. */
-  size(): { sessions: number; accounts: number } {
-    return { sessions: this.sessions.size, accounts: this.accounts.size }
+  size(): { sessions: number; accounts: number; grants: number } {
+    return { sessions: this.sessions.size, accounts: this.accounts.size, grants: this.grants.size }
   }
 
   private apply(changes: Change[]): void {
@@ -71,6 +79,9 @@ export class SessionGate {
         if (entry) entry.revoked = true
       } else if (change.kind === 'user_changed') {
         this.accounts.delete(change.user_id)
+      } else if (change.kind === 'grant_revoked') {
+        const entry = this.grants.get(change.target_id)
+        if (entry) entry.revoked = true
       }
     }
     const now = this.clock.now()
@@ -83,11 +94,13 @@ export class SessionGate {
   private forget(): void {
     this.sessions.clear()
     this.accounts.clear()
+    this.grants.clear()
   }
 
   private sweep(now: number): void {
     for (const [id, entry] of this.sessions) if (now - entry.seenAt > this.idleMs) this.sessions.delete(id)
     for (const [id, entry] of this.accounts) if (now - entry.seenAt > this.idleMs) this.accounts.delete(id)
+    for (const [id, entry] of this.grants) if (now - entry.seenAt > this.idleMs) this.grants.delete(id)
   }
 
   /** Keeps what a read found, unless the caches were emptied while it ran (it may predate a gap). */
@@ -126,6 +139,34 @@ export class SessionGate {
       if (!state) return null
       account = { state, seenAt: now }
       this.remember(this.accounts, userId, account, generation)
+    }
+    account.seenAt = now
+    return account.state
+  }
+
+  /**
+   * The state of the account behind a live OpenID provider grant, or null when the grant has ended
+   * (revoked, expired, its user deleted) or belongs to someone else: the same memory and feed as
+   * sessions, with the grant's owner read by `load` (the provider's storage) on first sight.
+   */
+  async checkGrant(grantRef: string, userId: string, load: () => Promise<string | null>): Promise<AccountState | null> {
+    const generation = this.feed.generation()
+    const now = this.clock.now()
+    let grant = generation === null ? undefined : this.grants.get(grantRef)
+    if (!grant) {
+      const owner = await load()
+      if (owner === null) return null
+      grant = { userId: owner, revoked: false, seenAt: now }
+      if (generation !== null) this.remember(this.grants, grantRef, grant, generation)
+    }
+    grant.seenAt = now
+    if (grant.revoked || grant.userId !== userId) return null
+    let account = generation === null ? undefined : this.accounts.get(userId)
+    if (!account) {
+      const state = await users.findState(this.db.kysely, userId)
+      if (!state) return null
+      account = { state, seenAt: now }
+      if (generation !== null) this.remember(this.accounts, userId, account, generation)
     }
     account.seenAt = now
     return account.state

@@ -20,6 +20,11 @@ import { ACCESS_TTL_SECONDS, type TokenService } from './tokens.ts'
 export interface Principal {
   userId: string
   sessionId: string
+  /**
+   * What an OpenID provider access token allows (src/provider/resource.ts), on the resource routes
+   * only; absent for Portcullis's own tokens, which allow everything their user may do.
+   */
+  scopes?: ReadonlySet<string>
 }
 
 export interface AuthServiceDeps {

@@ -111,6 +111,7 @@ export class SessionOpener {
         amr: signIn.amr.join(' '),
         acr: signIn.acr,
         auth_time: now,
+        client_name: null,
       })
       await recordEvent(trx, this.deps.clock, { type: audit.type, userId, reason: audit.reason ?? null, context })
     })

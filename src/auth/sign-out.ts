@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely'
 import type { Database } from '../db/schema.ts'
+import type { Clock } from '../clock.ts'
 import { users } from '../db/repositories.ts'
 
 type Executor = Kysely<Database>
@@ -9,7 +10,10 @@ type Executor = Kysely<Database>
  * that keeps some has one (mfa_tokens, unconfirmed enrolments and WebAuthn challenges in src/mfa/,
  * login codes and provider flows in src/oidc/).
  */
-export type EndPendingProofs = (trx: Executor, userId: string) => Promise<void>
+export type EndPendingProofs = (trx: Executor, userId: string, now: number) => Promise<void>
+
+/** Ends what hangs on some sessions of an account (the OpenID provider's sessions and their clients' logout notices). */
+export type EndSessions = (trx: Executor, userId: string, sessionIds: string[], now: number) => Promise<void>
 
 /**
  * What every event that ends all of an account's sessions also does (API.md, "Pending proofs die
@@ -19,10 +23,21 @@ export type EndPendingProofs = (trx: Executor, userId: string) => Promise<void>
  * session (src/auth/sessions.ts), and each module's pending proofs end.
  */
 export class AccountSignOut {
-  constructor(private readonly pending: EndPendingProofs[]) {}
+  constructor(
+    private readonly clock: Clock,
+    private readonly pending: EndPendingProofs[],
+    private readonly sessionEnds: EndSessions[] = [],
+  ) {}
 
   async endAll(trx: Executor, userId: string): Promise<void> {
     await users.bumpCredentialEpoch(trx, userId)
-    for (const end of this.pending) await end(trx, userId)
+    const now = this.clock.now()
+    for (const end of this.pending) await end(trx, userId, now)
+  }
+
+  /** Some sessions of the account end (a logout, one revoked session), not the account's credentials. */
+  async endSessions(trx: Executor, userId: string, sessionIds: string[]): Promise<void> {
+    const now = this.clock.now()
+    for (const end of this.sessionEnds) await end(trx, userId, sessionIds, now)
   }
 }

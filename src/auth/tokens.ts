@@ -198,10 +198,13 @@ export class TokenService {
     }
 
     const expectedAudience = kind === 'access' ? this.options.audience : this.options.issuer
-    const { iss, aud, sub, sid, jti, iat, exp, nbf } = payload
+    const { iss, aud, sub, sid, jti, iat, exp, nbf, client_id: clientId } = payload
     const audienceOk = aud === expectedAudience || (Array.isArray(aud) && aud.includes(expectedAudience))
     const shapesOk =
       iss === this.options.issuer &&
+      // An OpenID provider access token shares typ, iss and aud with these (src/provider/resource.ts):
+      // only Portcullis's own client's tokens are Portcullis's tokens.
+      (kind !== 'access' || clientId === CLIENT_ID) &&
       audienceOk &&
       typeof sub === 'string' && isUuid(sub) &&
       typeof sid === 'string' && isUuid(sid) &&

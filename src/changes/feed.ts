@@ -13,6 +13,8 @@ export type Change =
   | { kind: 'session_revoked'; user_id: string; target_id: string }
   | { kind: 'user_changed'; user_id: string }
   | { kind: 'api_key_revoked'; target_id: string }
+  /** An OpenID provider grant ended (`target_id`: its keyed hash): its JWT access tokens stop working here. */
+  | { kind: 'grant_revoked'; user_id: string; target_id: string }
 
 /** One `session_revoked` change for each session id. */
 export function sessionRevocations(userId: string, sessionIds: string[]): Change[] {
@@ -41,6 +43,8 @@ function fromRow(row: ChangeRow): Change | null {
       return row.user_id ? { kind: row.kind, user_id: row.user_id } : null
     case 'api_key_revoked':
       return row.target_id ? { kind: row.kind, target_id: row.target_id } : null
+    case 'grant_revoked':
+      return row.user_id && row.target_id ? { kind: row.kind, user_id: row.user_id, target_id: row.target_id } : null
     default:
       return null
   }

@@ -5,7 +5,7 @@ import { Tabs } from './tabs.ts'
 import { createCredential, getCredential } from './webauthn.ts'
 import type {
   AccountDeletion, AccountExport, ChangePasswordInput, CreateWatchlistInput, FactorList, FactorRemoval, FactorRename, LoginInput, LoginResult, Me, MfaChallengeInfo, MfaRequired,
-  IdentityList, IdentityRemoval, OidcLinkStart, OidcProviders, PasskeyCreation, PasskeyLogin, PasskeyRequest, RecoveryCodes, RefreshResult, RegisterInput, Registration, Session, SessionRevocation, StepUpInput, StepUpResult, TotpConfirmation, TotpEnrolment,
+  AppList, AppRevocation, IdentityList, IdentityRemoval, OidcLinkStart, OidcProviders, PasskeyCreation, PasskeyLogin, PasskeyRequest, RecoveryCodes, RefreshResult, RegisterInput, Registration, Session, SessionRevocation, StepUpInput, StepUpResult, TotpConfirmation, TotpEnrolment,
   UpdateWatchlistInput, Verification, VerifyMfaInput, Watchlist, WatchlistDeletion, WatchlistPage, WatchlistQuery,
 } from './types.ts'
 
@@ -596,6 +596,16 @@ export class PortcullisClient {
   /** LAST_SIGN_IN_METHOD when it is the account's only way in. */
   unlinkIdentity(id: string): Promise<IdentityRemoval> {
     return this.request({ method: 'DELETE', path: `/auth/me/identities/${encodeURIComponent(id)}`, bearer: true })
+  }
+
+  /** The apps the user let sign in with this account (Portcullis as an OpenID provider). */
+  listApps(): Promise<AppList> {
+    return this.request({ method: 'GET', path: '/auth/me/apps', bearer: true })
+  }
+
+  /** Ends an app's access at once: its grant, its refresh tokens, and (within a second) its access tokens here. */
+  revokeApp(clientId: string): Promise<AppRevocation> {
+    return this.request({ method: 'DELETE', path: `/auth/me/apps/${encodeURIComponent(clientId)}`, bearer: true })
   }
 
   /** A new access token now, without waiting for one to expire. */

@@ -4,6 +4,7 @@ import type * as auth from '../auth/schemas.ts'
 import type { ErrorCode, MfaChallenge } from '../errors.ts'
 import type * as mfa from '../mfa/schemas.ts'
 import type * as oidc from '../oidc/schemas.ts'
+import type * as provider from '../provider/schemas.ts'
 import type * as watchlists from '../watchlists/schemas.ts'
 
 /**
@@ -64,6 +65,9 @@ export type OidcLinkStart = DataOf<typeof oidc.LinkStarted>
 export type Identity = Static<typeof oidc.Identity>
 export type IdentityList = DataOf<typeof oidc.IdentityList>
 export type IdentityRemoval = DataOf<typeof oidc.IdentityDeleted>
+/** The apps the user approved through Portcullis as an OpenID provider. */
+export type AppList = DataOf<typeof provider.AppList>
+export type AppRevocation = DataOf<typeof provider.AppRevoked>
 /** What an MFA_REQUIRED error carries: a login's challenge, or `step_up` for a sensitive action. */
 export type MfaChallengeInfo = MfaChallenge
 

@@ -32,6 +32,8 @@ export interface SessionsTable {
   acr: 'aal1' | 'aal2'
   /** When the session was last verified (login, a second factor, step-up); null: at creation. */
   auth_time: number | null
+  /** The app it signed in to through Portcullis as an OpenID provider, by its name then (migration 0014). */
+  client_name: string | null
 }
 
 export type OneTimeTokenPurpose = 'verify_email' | 'reset_password'
@@ -79,7 +81,7 @@ export interface AuthChangesTable {
   created_at: number
 }
 
-export type ChangeKind = 'session_revoked' | 'user_changed' | 'api_key_revoked'
+export type ChangeKind = 'session_revoked' | 'user_changed' | 'api_key_revoked' | 'grant_revoked'
 
 /** Numbered and stamped by the database (column defaults), never by an instance's clock. */
 export interface ChangeFeedTable {
@@ -253,6 +255,56 @@ export interface OidcLoginCodesTable {
   used_at: number | null
 }
 
+/** A client an operator registered with the OpenID provider (src/provider/). */
+export interface OpClientsTable {
+  client_id: string
+  /** Its registration as JSON, without the secret. */
+  metadata: string
+  /** The client secret, sealed under KEY_ENCRYPTION_KEY; null for a public client. */
+  secret: string | null
+  created_at: number
+  updated_at: number
+}
+
+/** What the OpenID provider library stores: identifiers as keyed hashes, payloads sealed (migration 0014). */
+export interface OpRecordsTable {
+  /** The library's model name: Grant, Session, AuthorizationCode, RefreshToken, DeviceCode, ... */
+  model: string
+  id_hash: string
+  grant_hash: string | null
+  uid_hash: string | null
+  user_code_hash: string | null
+  user_id: string | null
+  client_id: string | null
+  /** The Portcullis session a provider Session is. */
+  session_id: string | null
+  payload: string
+  /** A rotated refresh token's successor, sealed, for the retry window. */
+  successor: string | null
+  /** A provider session's clients and their sids, JSON `[[client_id, sid], ...]`, for Back-Channel Logout. */
+  sids: string | null
+  created_at: number
+  last_used_at: number | null
+  expires_at: number
+  consumed_at: number | null
+}
+
+/** The durable queue of Back-Channel Logout notices (migration 0014). */
+export interface OpLogoutDeliveriesTable {
+  id: string
+  client_id: string
+  subject: string
+  sid: string
+  attempts: Generated<number>
+  created_at: number
+  next_attempt_at: number
+  lease_owner: string | null
+  lease_until: number | null
+  delivered_at: number | null
+  failed_at: number | null
+  last_error: string | null
+}
+
 export interface Database {
   users: UsersTable
   sessions: SessionsTable
@@ -272,4 +324,7 @@ export interface Database {
   user_identities: UserIdentitiesTable
   oidc_flows: OidcFlowsTable
   oidc_login_codes: OidcLoginCodesTable
+  op_clients: OpClientsTable
+  op_records: OpRecordsTable
+  op_logout_deliveries: OpLogoutDeliveriesTable
 }

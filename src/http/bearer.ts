@@ -23,7 +23,7 @@ function credential(request: FastifyRequest): string | null {
  * Installs bearer authentication on one plugin scope: every route registered in that scope is
  * protected, whatever its URL. Runs before the body is read, so anonymous traffic costs little.
  */
-export function protect(scope: FastifyInstance, auth: AuthService): void {
+export function protect(scope: FastifyInstance, auth: Pick<AuthService, 'authenticate'>): void {
   scope.decorateRequest('principal', null)
   scope.addHook('onRequest', async (request) => {
     request.principal = await bearerPrincipal(request, auth)

@@ -23,14 +23,14 @@ export interface PageDeps {
 /** Tokens are 43 characters; anything much longer is not one and is not worth hashing. */
 const TOKEN_MAX = 256
 
-type Form = Record<string, string>
+export type Form = Record<string, string>
 
 /**
  * A urlencoded body as a prototype-less object of its first value per name: `__proto__` or
  * `constructor` are ordinary keys here, and a repeated field cannot smuggle a second value past
  * a check made on the first.
  */
-function parseForm(body: string): Form {
+export function parseForm(body: string): Form {
   const form: Form = Object.create(null)
   for (const [name, value] of new URLSearchParams(body)) if (!(name in form)) form[name] = value
   return form
@@ -60,7 +60,7 @@ function fieldErrors(error: unknown, rename: Record<string, string> = {}): Field
 }
 
 /** What a person sees when something other than their input went wrong, by status. */
-function problemPage(brand: PageBrand, error: AppError, requestId: string): { status: number; page: Html } {
+export function problemPage(brand: PageBrand, error: AppError, requestId: string): { status: number; page: Html } {
   const page = (title: string, message: string, reference?: string) => ({ status: error.status, page: pages.problem(brand, title, message, reference) })
   switch (error.status) {
     case 413:
@@ -99,7 +99,7 @@ function problemPage(brand: PageBrand, error: AppError, requestId: string): { st
  * Chromium sends from our own pages, which are no-referrer, so it is no proof of a foreign site.
  * A request with neither header comes from a program (curl), not a browser a site could drive.
  */
-function assertSameSite(request: FastifyRequest, ownOrigin: string): void {
+export function assertSameSite(request: FastifyRequest, ownOrigin: string): void {
   const site = request.headers['sec-fetch-site']
   if (site !== undefined) {
     if (site !== 'same-origin' && site !== 'none') throw new AppError('ORIGIN_NOT_ALLOWED')

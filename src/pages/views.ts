@@ -12,7 +12,7 @@ export interface FieldErrors {
   [field: string]: string | undefined
 }
 
-function layout(brand: PageBrand, title: string, body: Html): Html {
+export function layout(brand: PageBrand, title: string, body: Html): Html {
   return html`<!doctype html>
 <html lang="en">
 <head>
@@ -33,7 +33,7 @@ ${body}
 `
 }
 
-interface FieldSpec {
+export interface FieldSpec {
   name: string
   label: string
   type: 'email' | 'password' | 'text'
@@ -47,7 +47,7 @@ interface FieldSpec {
  * A labelled input; its hint and its error are tied to it with aria-describedby, so a screen
  * reader announces them with the field, and the first field in error takes the focus.
  */
-function field(spec: FieldSpec, errors: FieldErrors, focusFirstError: { done: boolean }): Html {
+export function field(spec: FieldSpec, errors: FieldErrors, focusFirstError: { done: boolean }): Html {
   const error = errors[spec.name]
   const described = [spec.hint ? `${spec.name}-hint` : '', error ? `${spec.name}-error` : ''].filter(Boolean).join(' ')
   const autofocus = error !== undefined && !focusFirstError.done
@@ -60,7 +60,7 @@ ${error ? html`<p class="error" id="${spec.name}-error">${error}</p>` : ''}
 </div>`
 }
 
-function form(action: string, fields: Html[], hidden: Record<string, string>, button: string): Html {
+export function form(action: string, fields: Html[], hidden: Record<string, string>, button: string): Html {
   // Relative actions, so the pages also work when PUBLIC_URL has a path in front of them.
   return html`<form method="post" action="${action}" novalidate>
 ${Object.entries(hidden).map(([name, value]) => html`<input type="hidden" name="${name}" value="${value}">\n`)}${fields}

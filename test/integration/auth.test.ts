@@ -6,6 +6,11 @@ import { ENGINES } from '../helpers/db.ts'
 import { mailText, tokenFromMail } from '../helpers/mail.ts'
 import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 
+/** Every 401 of the API names its protected resource metadata (RFC 9728 section 5.1). */
+function metadataUrl(t: TestApp): string {
+  return `${new URL(t.config.publicUrl).origin}/.well-known/oauth-protected-resource${t.base}`
+}
+
 for (const engine of ENGINES) {
   describe(`auth on ${engine}`, () => {
     let t: TestApp
@@ -181,7 +186,7 @@ for (const engine of ENGINES) {
         assert.equal(wrong.statusCode, 401)
         assert.equal(unknown.body, wrong.body)
         assert.equal(wrong.json().error.code, 'INVALID_CREDENTIALS')
-        assert.equal(wrong.headers['www-authenticate'], 'Bearer realm="portcullis"')
+        assert.equal(wrong.headers['www-authenticate'], `Bearer realm="portcullis", resource_metadata="${metadataUrl(t)}"`)
       })
 
       test('the password is compared exactly as sent: no trimming or case folding', async () => {
@@ -297,7 +302,7 @@ for (const engine of ENGINES) {
         const response = await t.post('/auth/refresh', { refresh_token: access_token })
         assert.equal(response.statusCode, 401)
         assert.equal(response.json().error.code, 'INVALID_REFRESH_TOKEN')
-        assert.equal(response.headers['www-authenticate'], 'Bearer realm="portcullis", error="invalid_token"')
+        assert.equal(response.headers['www-authenticate'], `Bearer realm="portcullis", error="invalid_token", resource_metadata="${metadataUrl(t)}"`)
       })
 
       test('garbage, a tampered token and an expired token are all INVALID_REFRESH_TOKEN', async () => {
@@ -351,7 +356,7 @@ for (const engine of ENGINES) {
           const response = await t.app.inject({ method: 'GET', url: `${t.base}/auth/me`, headers })
           assert.equal(response.statusCode, 401)
           assert.equal(response.json().error.code, 'AUTH_REQUIRED')
-          assert.equal(response.headers['www-authenticate'], 'Bearer realm="portcullis"')
+          assert.equal(response.headers['www-authenticate'], `Bearer realm="portcullis", resource_metadata="${metadataUrl(t)}"`)
         }
       })
 
@@ -361,7 +366,7 @@ for (const engine of ENGINES) {
           const response = await t.get('/auth/me', token)
           assert.equal(response.statusCode, 401)
           assert.equal(response.json().error.code, 'INVALID_TOKEN')
-          assert.equal(response.headers['www-authenticate'], 'Bearer realm="portcullis", error="invalid_token"')
+          assert.equal(response.headers['www-authenticate'], `Bearer realm="portcullis", error="invalid_token", resource_metadata="${metadataUrl(t)}"`)
         }
         const spaced = await t.app.inject({ method: 'GET', url: `${t.base}/auth/me`, headers: { authorization: 'Bearer a b' } })
         assert.equal(spaced.json().error.code, 'INVALID_TOKEN')

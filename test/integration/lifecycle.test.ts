@@ -88,7 +88,7 @@ for (const engine of ENGINES) {
         assert.equal(response.statusCode, 200)
         const list = response.json().data.sessions as { id: string; current: boolean; user_agent: string }[]
         assert.equal(list.length, 2)
-        for (const session of list) assert.deepEqual(Object.keys(session).sort(), ['created_at', 'current', 'id', 'last_used_at', 'user_agent'])
+        for (const session of list) assert.deepEqual(Object.keys(session).sort(), ['client', 'created_at', 'current', 'id', 'last_used_at', 'user_agent'])
         const current = list.filter((s) => s.current)
         assert.equal(current.length, 1)
         assert.equal(current[0]!.id, decodeJwt(phone.access_token).sid)

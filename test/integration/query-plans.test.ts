@@ -158,6 +158,16 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
   }
   await call('DELETE', `${api}/admin/users/{id}`, { params: { id: subject.userId }, token: key })
   await t.app.services.apiKeys.revoke(key.split('_')[1]!)
+  // The OpenID provider's clients, and a user's approved apps.
+  const { key: clientsKey } = await t.app.services.apiKeys.create({ name: 'plans-clients', scopes: ['clients:read', 'clients:write'], expiresAt: null })
+  const created = (await call('POST', `${api}/admin/clients`, { token: clientsKey, status: 201, body: { name: 'Plans app', type: 'confidential', redirect_uris: [`${PLANS_URL}/cb`] } })).data.client
+  await call('GET', `${api}/admin/clients`, { token: clientsKey })
+  await call('GET', `${api}/admin/clients/{client_id}`, { params: { client_id: created.client_id }, token: clientsKey })
+  await call('PATCH', `${api}/admin/clients/{client_id}`, { params: { client_id: created.client_id }, token: clientsKey, body: { name: 'Plans app 2' } })
+  await call('POST', `${api}/admin/clients/{client_id}/secret`, { params: { client_id: created.client_id }, token: clientsKey })
+  await call('GET', `${api}/auth/me/apps`, { token: second.access_token })
+  await call('DELETE', `${api}/auth/me/apps/{client_id}`, { params: { client_id: created.client_id }, token: verified.access_token, status: 404 })
+  await call('DELETE', `${api}/admin/clients/{client_id}`, { params: { client_id: created.client_id }, token: clientsKey })
 
   // Operations and the background jobs.
   for (const path of ['/healthz', '/readyz', '/metrics', '/.well-known/jwks.json']) await call('GET', path)

@@ -1,0 +1,125 @@
+import { html, Html } from '../html.ts'
+import { field, form, layout, type FieldErrors, type PageBrand } from './views.ts'
+import { PAGE_CSS_HASH } from './style.ts'
+
+/**
+ * The pages of Portcullis as an OpenID provider (src/provider/): the sign-in a client sends a
+ * person to, its second step, the consent, and the pages the library itself renders (errors,
+ * logout, the device flow), all in the style of the mailed-link pages and working without JavaScript.
+ */
+
+/** What each scope lets an app do, in words (the consent page). */
+const SCOPE_WORDS: Record<string, string> = {
+  openid: 'Know who you are when you sign in',
+  profile: 'See your name',
+  email: 'See your e-mail address',
+  offline_access: 'Stay signed in when you are not using it',
+  'watchlists:read': 'Read your watchlists',
+  'watchlists:write': 'Create, change and delete your watchlists',
+}
+
+/**
+ * The pages' policy, with the forms allowed to lead on to where the sign-in ends: Chromium checks
+ * `form-action` against every redirect a submitted form goes through, and the last one is the
+ * client's redirect URI.
+ */
+export function providerPageCsp(formTargets: string[] = []): string {
+  return [
+    "default-src 'none'",
+    `style-src '${PAGE_CSS_HASH}'`,
+    `form-action 'self'${formTargets.map((target) => ` ${target}`).join('')}`,
+    "frame-ancestors 'none'",
+    "base-uri 'none'",
+  ].join('; ')
+}
+
+/**
+ * The policy of the pages the library renders (logout, device, errors): their forms post to this
+ * origin and are then redirected to a registered URI, so no `form-action`; the library adds the
+ * hash of its one self-submitting script to `script-src`.
+ */
+export const LIBRARY_PAGE_CSP = ["default-src 'none'", `style-src '${PAGE_CSS_HASH}'`, "script-src 'self'", "frame-ancestors 'none'", "base-uri 'none'"].join('; ')
+
+export const providerPages = {
+  signIn(brand: PageBrand, clientName: string, options: { email?: string; errors?: FieldErrors; message?: string } = {}): Html {
+    const focus = { done: false }
+    const errors = options.errors ?? {}
+    const fields = [
+      field({ name: 'email', label: 'E-mail address', type: 'email', autocomplete: 'username', ...(options.email ? { value: options.email } : {}) }, errors, focus),
+      field({ name: 'password', label: 'Password', type: 'password', autocomplete: 'current-password' }, errors, focus),
+    ]
+    return layout(brand, `Sign in to continue to ${clientName}`, html`${options.message ? html`<p class="error" role="alert">${options.message}</p>` : ''}
+<p>${clientName} uses your ${brand.appName} account. It never sees your password.</p>
+${form('login', fields, {}, 'Sign in')}
+<form method="post" action="abort"><button type="submit" class="secondary">Cancel</button></form>`)
+  },
+
+  secondFactor(brand: PageBrand, mfaToken: string, methods: string[], message?: string): Html {
+    const focus = { done: false }
+    const errors: FieldErrors = message ? { code: message } : {}
+    const hint = methods.includes('recovery_code') ? 'The 6-digit code from your authenticator app, or one of your recovery codes.' : 'The 6-digit code from your authenticator app.'
+    const code = field({ name: 'code', label: 'Code', type: 'text', autocomplete: 'one-time-code', hint }, errors, focus)
+    return layout(brand, 'Enter your code', html`<p>Your account has a second factor. Enter a code to finish signing in.</p>
+${form('mfa', [code], { mfa_token: mfaToken }, 'Continue')}`)
+  },
+
+  consent(brand: PageBrand, clientName: string, scopes: string[], accountEmail: string): Html {
+    const items = scopes.filter((scope) => SCOPE_WORDS[scope]).map((scope) => html`<li>${SCOPE_WORDS[scope]!}</li>\n`)
+    return layout(brand, `Allow ${clientName} to use your account?`, html`<p>Signed in as <strong>${accountEmail}</strong>. ${clientName} asks to:</p>
+<ul>
+${items}</ul>
+<p class="note">You can take this back at any time in your account's list of apps.</p>
+${form('consent', [], {}, 'Allow')}
+<form method="post" action="abort"><button type="submit" class="secondary">Deny</button></form>`)
+  },
+
+  error(brand: PageBrand, error: string, description: string | undefined): Html {
+    return layout(brand, 'This sign-in cannot continue', html`<p>The app that sent you here made a request that cannot be used, so nothing was sent back to it.</p>
+<p class="note">${error}${description ? html`: ${description}` : ''}</p>`)
+  },
+
+  /** The library's logout confirmation: its form (hidden fields) is given as HTML by the library. */
+  logout(brand: PageBrand, libraryForm: string): Html {
+    return layout(brand, 'Sign out?', html`<p>Do you want to sign out of ${brand.appName}?</p>
+${new Html(libraryForm)}
+<button type="submit" form="op.logoutForm" name="logout" value="yes">Sign out</button>
+<button type="submit" form="op.logoutForm" class="secondary">Stay signed in</button>`)
+  },
+
+  loggedOut(brand: PageBrand): Html {
+    return layout(brand, 'Signed out', html`<p>You are signed out of ${brand.appName}.</p>`)
+  },
+
+  deviceInput(brand: PageBrand, libraryForm: string, message?: string): Html {
+    return layout(brand, 'Connect a device', html`${message ? html`<p class="error" role="alert">${message}</p>` : ''}
+<p>Enter the code the device shows.</p>
+${new Html(libraryForm)}
+<div class="field"><label for="user_code">Code</label>
+<input id="user_code" name="user_code" form="op.deviceInputForm" type="text" autocomplete="off" autocapitalize="characters" required></div>
+<button type="submit" form="op.deviceInputForm">Continue</button>`)
+  },
+
+  deviceConfirm(brand: PageBrand, libraryForm: string, clientName: string, userCode: string): Html {
+    return layout(brand, `Connect ${clientName}?`, html`<p>Check that the device shows <strong>${userCode}</strong>, then allow it.</p>
+${new Html(libraryForm)}
+<button type="submit" form="op.deviceConfirmForm">Allow</button>
+<button type="submit" form="op.deviceConfirmForm" name="abort" value="yes" class="secondary">Deny</button>`)
+  },
+
+  deviceDone(brand: PageBrand): Html {
+    return layout(brand, 'Device connected', html`<p>You can close this page and go back to your device.</p>`)
+  },
+}
+
+/** The pages the library renders itself, bound to the deployment's brand (src/provider/configuration.ts). */
+export function libraryPages(brand: PageBrand) {
+  return {
+    error: (_ctx: unknown, out: { error: string; error_description?: string }) => providerPages.error(brand, out.error, out.error_description),
+    logout: (_ctx: unknown, form: string) => providerPages.logout(brand, form),
+    loggedOut: () => providerPages.loggedOut(brand),
+    deviceInput: (_ctx: unknown, form: string, out?: { error_description?: string }, error?: unknown) =>
+      providerPages.deviceInput(brand, form, error || out?.error_description ? 'That code is wrong or has expired.' : undefined),
+    deviceConfirm: (_ctx: unknown, form: string, clientName: string, userCode: string) => providerPages.deviceConfirm(brand, form, clientName, userCode),
+    deviceDone: () => providerPages.deviceDone(brand),
+  }
+}

@@ -1,0 +1,263 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerHookHandler } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import { decodeJwt } from 'jose'
+import type { LifecycleService } from '../accounts/lifecycle.ts'
+import type { LoginBody } from '../auth/sessions.ts'
+import type { AuthService } from '../auth/service.ts'
+import { AppError } from '../errors.ts'
+import { principalOf } from '../http/bearer.ts'
+import { ok } from '../http/schemas.ts'
+import type { Html } from '../html.ts'
+import { logServerError, toAppError } from '../http/errors.ts'
+import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
+import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
+import type { Limits } from '../limits/limits.ts'
+import type { MfaService } from '../mfa/service.ts'
+import { LIBRARY_PAGE_CSP, providerPageCsp, providerPages } from '../pages/provider.ts'
+import { assertSameSite, parseForm, problemPage, type Form } from '../pages/routes.ts'
+import type { PageBrand } from '../pages/views.ts'
+import type { ClientRegistry } from './clients.ts'
+import { RESOURCE_SCOPES } from './configuration.ts'
+import { AppList, AppParams, AppRevoked } from './schemas.ts'
+import { resourceMetadata } from './resource.ts'
+import type { ProviderService } from './service.ts'
+
+export interface ProviderRouteDeps {
+  provider: ProviderService
+  clients: ClientRegistry
+  auth: AuthService
+  mfa: MfaService
+  lifecycle: LifecycleService
+  limits: Limits
+  hasher: { saturated(): boolean }
+  brand: PageBrand
+  ownOrigin: string
+  /** The API's protected resource metadata (RFC 9728): its URL, the API's identifier, the issuer. */
+  resourceMetadata: { url: string; resource: string; issuer: string }
+}
+
+/** The paths the library answers itself: its endpoints and the two discovery documents. */
+const LIBRARY_PATHS = ['/oauth/*', '/.well-known/openid-configuration', '/.well-known/oauth-authorization-server']
+
+/**
+ * Hands a request to the library untouched: before Fastify reads the body (the library parses its
+ * own), with the headers every answer carries (request id, no-store, hardening) copied onto the
+ * raw response, since Fastify will not write them once the reply is hijacked.
+ */
+async function handOver(provider: ProviderService, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  reply.header('content-security-policy', LIBRARY_PAGE_CSP)
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    // CORS here is the library's, per client (its registered origins), never CORS_ORIGINS'.
+    if (value === undefined || name.startsWith('access-control-') || name === 'vary') continue
+    reply.raw.setHeader(name, value as string)
+  }
+  reply.hijack()
+  await provider.handle(request.raw, reply.raw)
+}
+
+function send(reply: FastifyReply, status: number, page: Html, formTargets: string[] = []): FastifyReply {
+  return reply.code(status).header('content-security-policy', providerPageCsp(formTargets)).type('text/html; charset=utf-8').send(page.value)
+}
+
+/** Where a finished sign-in is redirected in the end, for the page's form-action (see providerPageCsp). */
+function redirectTarget(redirectUri: unknown): string[] {
+  if (typeof redirectUri !== 'string') return []
+  try {
+    const url = new URL(redirectUri)
+    return url.protocol === 'http:' || url.protocol === 'https:' ? [url.origin] : [url.protocol]
+  } catch {
+    return []
+  }
+}
+
+interface Interaction {
+  uid: string
+  prompt: { name: 'login' | 'consent'; reasons: string[]; details: Record<string, unknown> }
+  params: Record<string, unknown>
+  session?: { accountId?: string }
+  grantId?: string
+}
+
+/**
+ * The person's side of the provider (API.md): the pages at /oauth/interaction/{uid} the library
+ * sends a browser to, to sign in (password, then the second factor when the account has one) and
+ * to consent. A sign-in here is a Portcullis login, through the same service (limits counted
+ * before judging, login order, audit, the credential epoch, the second-factor seam), and opens a
+ * Portcullis session that the provider's session then is.
+ */
+export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDeps): Promise<void> {
+  const { provider, clients, auth, mfa, lifecycle, limits, hasher, brand, ownOrigin } = deps
+
+  for (const url of LIBRARY_PATHS) {
+    app.route({ method: ['GET', 'POST', 'OPTIONS', 'HEAD'], url, onRequest: async (request, reply) => handOver(provider, request, reply), handler: async () => undefined })
+  }
+
+  // Public and the same for everyone: any client may cache it.
+  const metadata = resourceMetadata(deps.resourceMetadata.resource, deps.resourceMetadata.issuer)
+  app.get(new URL(deps.resourceMetadata.url).pathname, async (_request, reply) => reply.header('cache-control', 'public, max-age=300').send(metadata))
+
+  await app.register(async (pages) => {
+    pages.removeAllContentTypeParsers()
+    pages.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: AUTH_BODY_LIMIT }, (_request, body, done) => {
+      done(null, parseForm(body as string))
+    })
+    pages.addHook('onRequest', async (request) => {
+      if (request.method === 'POST') assertSameSite(request, ownOrigin)
+    })
+    pages.setErrorHandler((error, request, reply) => {
+      const appError = toAppError(error)
+      logServerError(request, appError, error)
+      for (const [name, value] of Object.entries(appError.headers)) reply.header(name, value)
+      const { status, page } = problemPage(brand, appError, request.id)
+      return send(reply, status, page)
+    })
+
+    const details = async (request: FastifyRequest, reply: FastifyReply): Promise<Interaction | null> => {
+      try {
+        return (await (await provider.provider()).interactionDetails(request.raw, reply.raw)) as Interaction
+      } catch {
+        return null
+      }
+    }
+    const expired = (reply: FastifyReply) =>
+      send(reply, 400, providerPages.error(brand, 'This sign-in has expired', 'Go back to the app and start again.'))
+    const clientName = async (interaction: Interaction) => {
+      const client = await clients.findForLibrary(String(interaction.params.client_id))
+      return { name: (client?.client_name as string | undefined) ?? String(interaction.params.client_id), firstParty: client?.first_party === true }
+    }
+    const finish = async (request: FastifyRequest, reply: FastifyReply, result: Record<string, unknown>) => {
+      const to = await (await provider.provider()).interactionResult(request.raw, reply.raw, result, { mergeWithLastSubmission: true })
+      return reply.code(303).header('location', to).send()
+    }
+    const form = (request: FastifyRequest): Form => (request.body as Form | undefined) ?? Object.create(null)
+
+    pages.get<{ Params: { uid: string } }>('/oauth/interaction/:uid', async (request, reply) => {
+      const interaction = await details(request, reply)
+      if (!interaction || interaction.uid !== request.params.uid) return expired(reply)
+      const { name, firstParty } = await clientName(interaction)
+      const targets = redirectTarget(interaction.params.redirect_uri)
+      if (interaction.prompt.name === 'login') {
+        const hint = typeof interaction.params.login_hint === 'string' ? interaction.params.login_hint : undefined
+        return send(reply, 200, providerPages.signIn(brand, name, hint ? { email: hint } : {}), targets)
+      }
+      // A first-party client is not asked (API.md); everything else is, scope by scope.
+      if (firstParty) return finish(request, reply, { consent: { grantId: await grantFor(interaction) } })
+      const email = interaction.session?.accountId ? await provider.emailOf(interaction.session.accountId) : null
+      const scopes = String(interaction.params.scope ?? '').split(' ').filter(Boolean)
+      return send(reply, 200, providerPages.consent(brand, name, scopes, email ?? ''), targets)
+    })
+
+    /** The grant the person approves: what the request asked for, within what the client registered. */
+    async function grantFor(interaction: Interaction): Promise<string> {
+      const library = await provider.provider()
+      const grant = interaction.grantId ? await library.Grant.find(interaction.grantId) : new library.Grant({ accountId: interaction.session!.accountId, clientId: interaction.params.client_id })
+      const missing = interaction.prompt.details
+      if (Array.isArray(missing.missingOIDCScope)) grant.addOIDCScope(missing.missingOIDCScope.join(' '))
+      if (Array.isArray(missing.missingOIDCClaims)) grant.addOIDCClaims(missing.missingOIDCClaims)
+      const resources = (missing.missingResourceScopes ?? {}) as Record<string, string[]>
+      for (const [resource, scopes] of Object.entries(resources)) grant.addResourceScope(resource, scopes.filter((scope) => (RESOURCE_SCOPES as readonly string[]).includes(scope)).join(' '))
+      return grant.save()
+    }
+
+    /** A login that opened a Portcullis session: the result the library resumes the authorization with. */
+    const signedIn = async (request: FastifyRequest, reply: FastifyReply, interaction: Interaction, body: LoginBody) => {
+      const claims = decodeJwt(body.access_token) as { sub: string; sid: string; acr: 'aal1' | 'aal2'; amr: string[]; auth_time: number }
+      const acrValues = typeof interaction.params.acr_values === 'string' ? interaction.params.acr_values.split(' ') : []
+      if (acrValues.includes('aal2') && claims.acr !== 'aal2') {
+        // The client asked for a second factor and this account has none: no session for it.
+        await lifecycle.endSession(claims.sub, claims.sid, requestContext(request))
+        return finish(request, reply, { error: 'access_denied', error_description: 'this client requires a second factor, and the account has none' })
+      }
+      await provider.nameSession(claims.sid, (await clientName(interaction)).name)
+      return finish(request, reply, {
+        login: { accountId: claims.sub, acr: claims.acr, amr: claims.amr, ts: claims.auth_time, remember: true },
+        portcullis: { sessionId: claims.sid },
+      })
+    }
+
+    const loginFailure = async (reply: FastifyReply, interaction: Interaction, error: unknown, email: string) => {
+      if (!(error instanceof AppError)) throw error
+      const { name } = await clientName(interaction)
+      const targets = redirectTarget(interaction.params.redirect_uri)
+      if (error.code === 'MFA_REQUIRED') {
+        const { mfa_token: token, methods } = (error.mfa ?? {}) as { mfa_token?: string; methods?: string[] }
+        if (token) return send(reply, 200, providerPages.secondFactor(brand, token, methods ?? []), targets)
+      }
+      const messages: Record<string, string> = {
+        INVALID_CREDENTIALS: 'That e-mail address and password do not match an account.',
+        EMAIL_NOT_VERIFIED: 'Confirm your e-mail address first: open the link we mailed you.',
+        ACCOUNT_DISABLED: 'This account is disabled.',
+        VALIDATION_ERROR: 'Enter your e-mail address and password.',
+      }
+      const message = messages[error.code]
+      if (!message) throw error
+      return send(reply, error.status, providerPages.signIn(brand, name, { email, message }), targets)
+    }
+
+    pages.post<{ Params: { uid: string } }>('/oauth/interaction/:uid/login', { onRequest: [refuseWhenSaturated(hasher), limitByIp(limits, 'login')] }, async (request, reply) => {
+      const interaction = await details(request, reply)
+      if (!interaction || interaction.uid !== request.params.uid || interaction.prompt.name !== 'login') return expired(reply)
+      const { email = '', password = '' } = form(request)
+      try {
+        return await signedIn(request, reply, interaction, await auth.login({ email, password }, requestContext(request)))
+      } catch (error) {
+        return loginFailure(reply, interaction, error, email)
+      }
+    })
+
+    pages.post<{ Params: { uid: string } }>('/oauth/interaction/:uid/mfa', { onRequest: limitByIp(limits, 'login') }, async (request, reply) => {
+      const interaction = await details(request, reply)
+      if (!interaction || interaction.uid !== request.params.uid || interaction.prompt.name !== 'login') return expired(reply)
+      const { mfa_token: token = '', code = '' } = form(request)
+      const trimmed = code.replace(/\s+/g, '')
+      const method = /^\d{6}$/.test(trimmed) ? 'totp' : 'recovery_code'
+      try {
+        const { body } = await mfa.verify({ mfa_token: token, method, code: trimmed }, requestContext(request))
+        return await signedIn(request, reply, interaction, body)
+      } catch (error) {
+        if (error instanceof AppError && error.code === 'INVALID_MFA_CODE') {
+          return send(reply, 401, providerPages.secondFactor(brand, token, [], 'That code is wrong, already used or expired.'), redirectTarget(interaction.params.redirect_uri))
+        }
+        if (error instanceof AppError && error.code === 'INVALID_MFA_TOKEN') {
+          const { name } = await clientName(interaction)
+          return send(reply, 401, providerPages.signIn(brand, name, { message: 'Too many wrong codes, or it took too long. Sign in again.' }))
+        }
+        throw error
+      }
+    })
+
+    pages.post<{ Params: { uid: string } }>('/oauth/interaction/:uid/consent', async (request, reply) => {
+      const interaction = await details(request, reply)
+      if (!interaction || interaction.uid !== request.params.uid || interaction.prompt.name !== 'consent') return expired(reply)
+      return finish(request, reply, { consent: { grantId: await grantFor(interaction) } })
+    })
+
+    pages.post<{ Params: { uid: string } }>('/oauth/interaction/:uid/abort', async (request, reply) => {
+      const interaction = await details(request, reply)
+      if (!interaction || interaction.uid !== request.params.uid) return expired(reply)
+      return finish(request, reply, { error: 'access_denied', error_description: 'the person did not allow it' })
+    })
+  })
+}
+
+/**
+ * The apps a user approved through the provider (API.md): listed, and each revocable at once (its
+ * grant and refresh tokens end; its access tokens stop working here within the revocation bound).
+ */
+export async function protectedProviderRoutes(fastify: FastifyInstance, provider: ProviderService, recent: preHandlerHookHandler): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+  const tags = ['provider']
+  const security = [{ bearer: [] }]
+
+  app.get('/auth/me/apps', {
+    schema: { tags, security, operationId: 'listApps', response: { 200: AppList } },
+  }, async (request) => ok({ apps: await provider.appsOf(principalOf(request).userId) }))
+
+  app.delete('/auth/me/apps/:client_id', {
+    preHandler: recent,
+    schema: { tags, security, operationId: 'revokeApp', params: AppParams, response: { 200: AppRevoked } },
+  }, async (request) => {
+    if (!(await provider.revokeApp(principalOf(request).userId, request.params.client_id))) throw new AppError('NOT_FOUND')
+    return ok({ client_id: request.params.client_id, revoked: true as const })
+  })
+}

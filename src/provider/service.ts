@@ -1,0 +1,288 @@
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { KoaContextWithOIDC, Provider } from 'oidc-provider'
+import type { RequestContext } from '../audit/events.ts'
+import type { KeySealer } from '../auth/key-encryption.ts'
+import type { KeyStore } from '../auth/keys.ts'
+import type { Clock } from '../clock.ts'
+import type { Db } from '../db/index.ts'
+import { sessions, users } from '../db/repositories.ts'
+import type { Logger } from '../logger.ts'
+import { decodeJwt } from 'jose'
+import type { Metrics } from '../http/metrics.ts'
+import { adapterFactory, keyedHash, PortcullisAdapter, revokeGrant, successorOf, type RequestState } from './adapter.ts'
+import { BackchannelLogouts, queueLogoutNotices, type LogoutRow } from './logouts.ts'
+import type { ClientRegistry } from './clients.ts'
+import { providerConfiguration, type ConfigurationDeps } from './configuration.ts'
+import { records } from './store.ts'
+
+type Library = typeof import('oidc-provider')
+
+export interface ProviderSettings {
+  issuer: string
+  accessTokenTtlSeconds: number
+  registration: 'off' | 'initial-access-token'
+  /** `{PUBLIC_URL}{BASE_PATH}`: the API a JWT access token is for by default. */
+  apiResource: string
+}
+
+export interface ProviderServiceDeps {
+  db: Db
+  clock: Clock
+  sealer: KeySealer
+  keys: KeyStore
+  clients: ClientRegistry
+  logger: Logger
+  /** Keys the hashes of every identifier the library stores. */
+  hmacKey: Buffer
+  /** Signs the library's cookies. */
+  cookieKey: Buffer
+  settings: ProviderSettings
+  /** The pages the library renders itself (src/pages/provider.ts). */
+  pages: ConfigurationDeps['pages']
+  /** Ends a Portcullis session as a logout (the provider's end-session ends the session it is). */
+  endSession: (userId: string, sessionId: string, context: RequestContext) => Promise<void>
+  metrics: Metrics
+  /**
+   * Outbound requests to loopback addresses (a back-channel receiver or jwks_uri on this machine),
+   * which the library refuses as a guard against request forgery: allowed outside production only.
+   */
+  allowLoopbackFetch: boolean
+}
+
+/** An app a user approved, as `GET /auth/me/apps` lists it. */
+export interface ApprovedApp {
+  client_id: string
+  name: string
+  scopes: string[]
+  granted_at: string
+  last_used_at: string | null
+}
+
+interface Loaded {
+  library: Library
+  provider: Provider
+  callback: (req: IncomingMessage, res: ServerResponse) => void
+}
+
+/**
+ * Portcullis as an OpenID provider (API.md): panva's certified oidc-provider, configured strictly
+ * (src/provider/configuration.ts), on the project's database (src/provider/adapter.ts), with
+ * Portcullis's accounts, sessions, keys and pages. The library costs about a quarter of a second
+ * to import, so it is loaded on the first request that needs it, never at start-up; it is rebuilt
+ * (about a millisecond) when the key store's keys change, since it reads its keys once.
+ */
+export class ProviderService {
+  private loading: Promise<Loaded> | null = null
+  private readonly states = new WeakMap<object, RequestState>()
+  private library: Library | null = null
+  /** Back-Channel Logout notices, through the shared durable queue (src/provider/logouts.ts). */
+  readonly logouts: BackchannelLogouts
+
+  constructor(private readonly deps: ProviderServiceDeps) {
+    this.logouts = new BackchannelLogouts(deps.db, deps.clock, deps.logger, deps.metrics, (row) => this.deliverLogout(row))
+    deps.keys.onChange(() => {
+      // The next request builds a provider on the new key set; one under way finishes on the old.
+      if (this.loading) this.loading = this.build(this.loading)
+    })
+  }
+
+  /** The keyed hash a grant is stored under, and the reference its JWT access tokens carry. */
+  grantReference(grantId: string): string {
+    return keyedHash(this.deps.hmacKey, 'grant', grantId)
+  }
+
+  private async build(previous?: Promise<Loaded>): Promise<Loaded> {
+    const library = previous ? (await previous).library : await import('oidc-provider')
+    this.library = library
+    await this.deps.keys.ensureFamily('RS256')
+    const { db, clock, sealer, settings } = this.deps
+    const storage = adapterFactory({
+      db, clock, sealer,
+      hmacKey: this.deps.hmacKey,
+      current: () => this.current(),
+      sessionLive: (sessionId) => this.sessionLive(sessionId),
+      invalidGrant: (message) => new library.errors.InvalidGrant!(message),
+    })
+    const policy = library.interactionPolicy.base()
+    // acr_values=aal2 (API.md): a session without a second factor signs in again, with one.
+    policy.get('login').checks.add(
+      new library.interactionPolicy.Check('aal2_required', 'a second factor is required', (ctx: KoaContextWithOIDC) =>
+        wantsSecondFactor(ctx) && ctx.oidc.session?.acr !== 'aal2' ? library.interactionPolicy.Check.REQUEST_PROMPT : library.interactionPolicy.Check.NO_NEED_TO_PROMPT,
+      ),
+    )
+    const configuration = providerConfiguration({
+      adapter: (model: string) => (model === 'Client' ? this.clientStorage() : storage(model)),
+      jwks: this.deps.keys.privateJwks(),
+      cookieKeys: [this.deps.cookieKey.toString('base64url')],
+      apiResource: settings.apiResource,
+      accessTokenTtlSeconds: settings.accessTokenTtlSeconds,
+      registration: settings.registration,
+      findClient: (clientId) => this.deps.clients.findForLibrary(clientId),
+      findAccount: (accountId) => this.findAccount(accountId),
+      grantReference: (grantId) => this.grantReference(grantId),
+      pages: this.deps.pages,
+      invalidTarget: () => new library.errors.InvalidTarget!('this resource is unknown here'),
+      fetch: (url, options) => this.fetch(url, options),
+      policy,
+    })
+    configuration.acrValues = ['aal1', 'aal2']
+    const provider = new library.Provider(settings.issuer, configuration)
+    // Its endpoint URLs come from the issuer alone (the mount sets the forwarded headers from it).
+    provider.proxy = true
+    provider.use(async (ctx, next) => {
+      await next()
+      await this.afterRequest(ctx)
+    })
+    provider.on('server_error', (_ctx: unknown, error: Error) => this.deps.logger.error({ err: { message: error.message } }, 'openid provider error'))
+    return { library, provider, callback: provider.callback() }
+  }
+
+  /** The library's Client model reads the registry on every find (an operator's change applies at once). */
+  private clientStorage(): Pick<PortcullisAdapter, 'find'> {
+    return { find: async (id: string) => (await this.deps.clients.findForLibrary(id)) as Record<string, unknown> | undefined }
+  }
+
+  /** The provider, loaded on first use. */
+  private loaded(): Promise<Loaded> {
+    this.loading ??= this.build()
+    this.loading.catch(() => {
+      this.loading = null
+    })
+    return this.loading
+  }
+
+  /** Hands a request to the library (the routes mount it under /oauth/ and the discovery paths). */
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const { callback } = await this.loaded()
+    const issuer = new URL(this.deps.settings.issuer)
+    req.headers['x-forwarded-host'] = issuer.host
+    req.headers['x-forwarded-proto'] = issuer.protocol.slice(0, -1)
+    delete req.headers['x-forwarded-for']
+    callback(req, res)
+  }
+
+  /**
+   * The library's outbound requests. Its end-session endpoint tells the clients of the session it
+   * ends at once, once, with a 2.5 s timeout; those notices go to the durable queue instead (the
+   * queue's deliveries come back here outside any request and are sent).
+   */
+  private async fetch(url: string | URL, options: RequestInit & { dispatcher?: unknown }): Promise<Response> {
+    const ctx = this.library?.Provider.ctx as KoaContextWithOIDC | undefined
+    if (ctx?.oidc?.route === 'end_session_confirm' && options.body instanceof URLSearchParams && options.body.has('logout_token')) {
+      const claims = decodeJwt(options.body.get('logout_token')!)
+      if (typeof claims.aud === 'string' && typeof claims.sub === 'string' && typeof claims.sid === 'string') {
+        await queueLogoutNotices(this.deps.db.kysely, [{ clientId: claims.aud, subject: claims.sub, sid: claims.sid }], this.deps.clock.now())
+        this.logouts.kick()
+      }
+      return new Response(null, { status: 204 })
+    }
+    const host = new URL(url).hostname
+    if (this.deps.allowLoopbackFetch && (host === 'localhost' || host === '127.0.0.1' || host === '[::1]')) delete options.dispatcher
+    return fetch(url, options as RequestInit)
+  }
+
+  /** One queued notice: the library signs a fresh logout token (they live 120 s) and posts it. */
+  private async deliverLogout(row: LogoutRow): Promise<void> {
+    const provider = await this.provider()
+    const client = await provider.Client.find(row.client_id)
+    // A client removed, or no longer registered for notices, has nothing to be told.
+    if (!client?.backchannelLogoutUri) return
+    await client.backchannelLogout(row.subject, row.sid)
+  }
+
+  /** The library itself, for the interaction pages. */
+  async provider(): Promise<Provider> {
+    return (await this.loaded()).provider
+  }
+
+  private current(): RequestState | undefined {
+    const ctx = this.library?.Provider.ctx as KoaContextWithOIDC | undefined
+    if (!ctx) return undefined
+    let state = this.states.get(ctx)
+    if (!state) {
+      state = {}
+      this.states.set(ctx, state)
+    }
+    // The interaction that just finished signed the person in through a Portcullis session.
+    state.openedSession = (ctx.oidc?.result?.portcullis?.sessionId as string | undefined) ?? null
+    return state
+  }
+
+  /** After the library answered: the logged-out session, the refresh retry's stored successor, the grant's last use. */
+  private async afterRequest(ctx: KoaContextWithOIDC): Promise<void> {
+    const state = this.states.get(ctx)
+    if (ctx.oidc?.route === 'end_session_confirm' && ctx.oidc.session?.destroyed && state?.endedSession) {
+      const session = await sessions.findAuthState(this.deps.db.kysely, state.endedSession)
+      const agent = ctx.get('user-agent')
+      if (session) await this.deps.endSession(session.user_id, state.endedSession, { ip: ctx.ip ?? null, userAgent: agent || null, requestId: ctx.get('x-request-id') || null })
+    }
+    if (ctx.oidc?.route !== 'token' || ctx.status !== 200 || typeof ctx.body !== 'object' || ctx.body === null) return
+    const grant = ctx.oidc.entities?.Grant as { jti?: string } | undefined
+    if (grant?.jti) await records.touchGrant(this.deps.db.kysely, this.grantReference(grant.jti), this.deps.clock.now())
+    if (!state?.retry) return
+    const successor = state.retry.successor ?? (await successorOf(this.deps.db, this.deps.sealer, state.retry.idHash, this.deps.clock))
+    if (successor === null) {
+      ctx.status = 400
+      ctx.body = { error: 'invalid_grant', error_description: 'refresh token already used' }
+      return
+    }
+    ;(ctx.body as Record<string, unknown>).refresh_token = successor
+  }
+
+  private async sessionLive(sessionId: string): Promise<boolean> {
+    const state = await sessions.findAuthState(this.deps.db.kysely, sessionId)
+    return state !== null && state.revoked_at === null && state.expires_at > this.deps.clock.now() && state.status === 'active'
+  }
+
+  /** A session signed in through the provider's pages is listed with the app it was for. */
+  async nameSession(sessionId: string, clientName: string): Promise<void> {
+    await records.nameSession(this.deps.db.kysely, sessionId, clientName)
+  }
+
+  async emailOf(userId: string): Promise<string | null> {
+    return (await users.findById(this.deps.db.kysely, userId))?.email ?? null
+  }
+
+  private async findAccount(accountId: string) {
+    const user = await users.findById(this.deps.db.kysely, accountId).catch(() => null)
+    if (!user || user.status !== 'active') return undefined
+    return {
+      accountId: user.id,
+      claims: async () => ({ sub: user.id, name: user.full_name, email: user.email, email_verified: user.email_verified_at !== null }),
+    }
+  }
+
+  /** The apps a user approved (API.md: `GET /auth/me/apps`). */
+  async appsOf(userId: string): Promise<ApprovedApp[]> {
+    const rows = await records.grantsOf(this.deps.db.kysely, userId, this.deps.clock.now())
+    const apps: ApprovedApp[] = []
+    for (const row of rows) {
+      if (row.client_id === null) continue
+      const payload = JSON.parse(this.deps.sealer.open(row.payload, `op:Grant:${row.id_hash}`)) as { openid?: { scope?: string }; resources?: Record<string, string> }
+      const scopes = new Set([...(payload.openid?.scope?.split(' ') ?? []), ...Object.values(payload.resources ?? {}).flatMap((scope) => scope.split(' '))])
+      const client = await this.deps.clients.findForLibrary(row.client_id)
+      apps.push({
+        client_id: row.client_id,
+        name: (client?.client_name as string | undefined) ?? row.client_id,
+        scopes: [...scopes].filter(Boolean),
+        granted_at: new Date(row.created_at).toISOString(),
+        last_used_at: row.last_used_at === null ? null : new Date(row.last_used_at).toISOString(),
+      })
+    }
+    return apps
+  }
+
+  /** Ends a user's grants of one client and their refresh tokens at once; false when there were none. */
+  async revokeApp(userId: string, clientId: string): Promise<boolean> {
+    const rows = (await records.grantsOf(this.deps.db.kysely, userId, this.deps.clock.now())).filter((row) => row.client_id === clientId)
+    for (const row of rows) await revokeGrant(this.deps.db, row.id_hash)
+    return rows.length > 0
+  }
+}
+
+/** Whether the authorization request asked for a second factor (`acr_values=aal2`). */
+export function wantsSecondFactor(ctx: KoaContextWithOIDC): boolean {
+  const asked = ctx.oidc?.params?.acr_values
+  return typeof asked === 'string' && asked.split(' ').includes('aal2')
+}
+

@@ -1,0 +1,101 @@
+import type { Kysely, Selectable } from 'kysely'
+import type { Database, OpRecordsTable } from '../db/schema.ts'
+
+/** The provider module's storage calls for what the library stores (table op_records, migration 0014). */
+type Executor = Kysely<Database>
+export type RecordRow = Selectable<OpRecordsTable>
+
+export const records = {
+  /** Inserts or replaces the row of (model, id_hash): the library saves a model again after changing it. */
+  async upsert(db: Executor, row: RecordRow): Promise<void> {
+    const { model: _model, id_hash: _id, created_at: _created, ...changing } = row
+    await db
+      .insertInto('op_records')
+      .values(row)
+      .onConflict((oc) => oc.columns(['model', 'id_hash']).doUpdateSet(changing))
+      .execute()
+  },
+
+  async find(db: Executor, model: string, idHash: string, now: number): Promise<RecordRow | null> {
+    return (await db.selectFrom('op_records').selectAll().where('model', '=', model).where('id_hash', '=', idHash).where('expires_at', '>', now).executeTakeFirst()) ?? null
+  },
+
+  async findBy(db: Executor, model: string, column: 'uid_hash' | 'user_code_hash', hash: string, now: number): Promise<RecordRow | null> {
+    return (await db.selectFrom('op_records').selectAll().where('model', '=', model).where(column, '=', hash).where('expires_at', '>', now).executeTakeFirst()) ?? null
+  },
+
+  /** Marks a row consumed unless it already was: true for the one caller that did it. */
+  async consume(db: Executor, model: string, idHash: string, now: number): Promise<boolean> {
+    const result = await db.updateTable('op_records').set({ consumed_at: now }).where('model', '=', model).where('id_hash', '=', idHash).where('consumed_at', 'is', null).executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  /** Stores a rotated refresh token's successor (sealed) on its row, for the retry window. */
+  async setSuccessor(db: Executor, model: string, idHash: string, successor: string): Promise<void> {
+    await db.updateTable('op_records').set({ successor }).where('model', '=', model).where('id_hash', '=', idHash).execute()
+  },
+
+  async destroy(db: Executor, model: string, idHash: string): Promise<RecordRow | null> {
+    const row = (await db.selectFrom('op_records').selectAll().where('model', '=', model).where('id_hash', '=', idHash).executeTakeFirst()) ?? null
+    if (row) await db.deleteFrom('op_records').where('model', '=', model).where('id_hash', '=', idHash).execute()
+    return row
+  },
+
+  /** Every row of a grant (the grant itself, its codes and tokens); returns the user they were for. */
+  async destroyGrant(db: Executor, grantHash: string): Promise<string | null> {
+    const owner = await db.selectFrom('op_records').select('user_id').where('grant_hash', '=', grantHash).where('user_id', 'is not', null).executeTakeFirst()
+    await db.deleteFrom('op_records').where('grant_hash', '=', grantHash).execute()
+    await db.deleteFrom('op_records').where('model', '=', 'Grant').where('id_hash', '=', grantHash).execute()
+    return owner?.user_id ?? null
+  },
+
+  /** The grants of a user, newest first (the user's list of apps, the admin view, export). */
+  async grantsOf(db: Executor, userId: string, now: number): Promise<RecordRow[]> {
+    return db.selectFrom('op_records').selectAll().where('user_id', '=', userId).where('model', '=', 'Grant').where('expires_at', '>', now).orderBy('created_at', 'desc').execute()
+  },
+
+  /** Ends everything the provider holds for a user: grants, codes, tokens, its browser sessions. Returns the grants' hashes. */
+  async destroyAllOf(db: Executor, userId: string): Promise<string[]> {
+    const grants = await db.selectFrom('op_records').select('id_hash').where('user_id', '=', userId).where('model', '=', 'Grant').execute()
+    await db.deleteFrom('op_records').where('user_id', '=', userId).execute()
+    return grants.map((grant) => grant.id_hash)
+  },
+
+  async touchGrant(db: Executor, grantHash: string, at: number): Promise<void> {
+    await db.updateTable('op_records').set({ last_used_at: at }).where('model', '=', 'Grant').where('id_hash', '=', grantHash).execute()
+  },
+
+  /** Whether a grant is live: the check behind a JWT access token on Portcullis's own API. */
+  async grantOwner(db: Executor, grantHash: string, now: number): Promise<string | null> {
+    const row = await db.selectFrom('op_records').select('user_id').where('model', '=', 'Grant').where('id_hash', '=', grantHash).where('expires_at', '>', now).executeTakeFirst()
+    return row?.user_id ?? null
+  },
+
+  async sessionsOfUser(db: Executor, userId: string): Promise<RecordRow[]> {
+    return db.selectFrom('op_records').selectAll().where('user_id', '=', userId).where('model', '=', 'Session').execute()
+  },
+
+  async destroySessionsOf(db: Executor, sessionIds: string[]): Promise<void> {
+    if (sessionIds.length === 0) return
+    await db.deleteFrom('op_records').where('model', '=', 'Session').where('session_id', 'in', sessionIds).execute()
+  },
+
+  /** Names the app a Portcullis session signed in to through the provider's pages. */
+  async nameSession(db: Executor, sessionId: string, clientName: string): Promise<void> {
+    await db.updateTable('sessions').set({ client_name: clientName.slice(0, 100) }).where('id', '=', sessionId).execute()
+  },
+
+  /** The provider sessions that are a Portcullis session (its end ends them). */
+  async sessionsOf(db: Executor, sessionIds: string[]): Promise<RecordRow[]> {
+    if (sessionIds.length === 0) return []
+    return db.selectFrom('op_records').selectAll().where('model', '=', 'Session').where('session_id', 'in', sessionIds).execute()
+  },
+
+  /** Retention: up to `limit` rows that expired before `before` (each row's id_hash is unique: its model is in the hash). */
+  async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {
+    const rows = await db.selectFrom('op_records').select('id_hash').where('expires_at', '<', before).limit(limit).execute()
+    if (rows.length === 0) return 0
+    const result = await db.deleteFrom('op_records').where('id_hash', 'in', rows.map((row) => row.id_hash)).where('expires_at', '<', before).executeTakeFirst()
+    return Number(result.numDeletedRows)
+  },
+}
