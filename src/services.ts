@@ -208,6 +208,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc)
   const clients = new ClientRegistry({ db, clock, sealer })
+  const resourceTokens = new ResourceTokens({ db, keys: infra.keys, gate, clock, sessions, issuer: config.provider.issuer, resource: config.audience })
   const provider = new ProviderService({
     db, clock, sealer, clients, logger,
     keys: infra.keys,
@@ -217,9 +218,9 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     pages: libraryPages({ appName: config.appName, appUrl: config.appUrl }),
     endSession: (userId, sessionId, context) => lifecycle.endSession(userId, sessionId, context),
     metrics: infra.metrics,
+    resourceTokens,
     allowLoopbackFetch: !config.production,
   })
-  const resourceTokens = new ResourceTokens({ db, keys: infra.keys, gate, clock, sessions, issuer: config.provider.issuer, resource: config.audience })
   return { tokens, auth, mfa, oidc, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 

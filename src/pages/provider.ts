@@ -3,6 +3,9 @@ import { field, form, layout, type FieldErrors, type PageBrand } from './views.t
 import { PAGE_CSS_HASH } from './style.ts'
 
 /**
+ * The forms post to `/oauth/interaction/{uid}/...`, absolute (the issuer is an origin, never a
+ * path): under the interaction's path, where its cookie is sent, whichever page showed them.
+ *
  * The pages of Portcullis as an OpenID provider (src/provider/): the sign-in a client sends a
  * person to, its second step, the consent, and the pages the library itself renders (errors,
  * logout, the device flow), all in the style of the mailed-link pages and working without JavaScript.
@@ -41,7 +44,7 @@ export function providerPageCsp(formTargets: string[] = []): string {
 export const LIBRARY_PAGE_CSP = ["default-src 'none'", `style-src '${PAGE_CSS_HASH}'`, "script-src 'self'", "frame-ancestors 'none'", "base-uri 'none'"].join('; ')
 
 export const providerPages = {
-  signIn(brand: PageBrand, clientName: string, options: { email?: string; errors?: FieldErrors; message?: string } = {}): Html {
+  signIn(brand: PageBrand, uid: string, clientName: string, options: { email?: string; errors?: FieldErrors; message?: string } = {}): Html {
     const focus = { done: false }
     const errors = options.errors ?? {}
     const fields = [
@@ -50,27 +53,27 @@ export const providerPages = {
     ]
     return layout(brand, `Sign in to continue to ${clientName}`, html`${options.message ? html`<p class="error" role="alert">${options.message}</p>` : ''}
 <p>${clientName} uses your ${brand.appName} account. It never sees your password.</p>
-${form('login', fields, {}, 'Sign in')}
-<form method="post" action="abort"><button type="submit" class="secondary">Cancel</button></form>`)
+${form(`/oauth/interaction/${uid}/login`, fields, {}, 'Sign in')}
+<form method="post" action="/oauth/interaction/${uid}/abort"><button type="submit" class="secondary">Cancel</button></form>`)
   },
 
-  secondFactor(brand: PageBrand, mfaToken: string, methods: string[], message?: string): Html {
+  secondFactor(brand: PageBrand, uid: string, mfaToken: string, methods: string[], message?: string): Html {
     const focus = { done: false }
     const errors: FieldErrors = message ? { code: message } : {}
     const hint = methods.includes('recovery_code') ? 'The 6-digit code from your authenticator app, or one of your recovery codes.' : 'The 6-digit code from your authenticator app.'
     const code = field({ name: 'code', label: 'Code', type: 'text', autocomplete: 'one-time-code', hint }, errors, focus)
     return layout(brand, 'Enter your code', html`<p>Your account has a second factor. Enter a code to finish signing in.</p>
-${form('mfa', [code], { mfa_token: mfaToken }, 'Continue')}`)
+${form(`/oauth/interaction/${uid}/mfa`, [code], { mfa_token: mfaToken }, 'Continue')}`)
   },
 
-  consent(brand: PageBrand, clientName: string, scopes: string[], accountEmail: string): Html {
+  consent(brand: PageBrand, uid: string, clientName: string, scopes: string[], accountEmail: string): Html {
     const items = scopes.filter((scope) => SCOPE_WORDS[scope]).map((scope) => html`<li>${SCOPE_WORDS[scope]!}</li>\n`)
     return layout(brand, `Allow ${clientName} to use your account?`, html`<p>Signed in as <strong>${accountEmail}</strong>. ${clientName} asks to:</p>
 <ul>
 ${items}</ul>
 <p class="note">You can take this back at any time in your account's list of apps.</p>
-${form('consent', [], {}, 'Allow')}
-<form method="post" action="abort"><button type="submit" class="secondary">Deny</button></form>`)
+${form(`/oauth/interaction/${uid}/consent`, [], {}, 'Allow')}
+<form method="post" action="/oauth/interaction/${uid}/abort"><button type="submit" class="secondary">Deny</button></form>`)
   },
 
   error(brand: PageBrand, error: string, description: string | undefined): Html {

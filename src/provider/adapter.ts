@@ -137,7 +137,7 @@ export class PortcullisAdapter {
     const now = this.deps.clock.now()
     const row = await records.find(this.deps.db.kysely, this.model, this.idHash(id), now)
     if (!row) return undefined
-    if (this.model === 'Session' && (row.session_id === null || !(await this.deps.sessionLive(row.session_id)))) return undefined
+    if (this.model === 'Session' && !(await this.sessionStillLive(row))) return undefined
     const payload = this.open(row, KEEPS_ID.has(this.model) ? null : id)
     if (this.model === 'RefreshToken' && row.consumed_at !== null) return this.retryOrReuse(row, payload, now)
     return payload
@@ -159,10 +159,20 @@ export class PortcullisAdapter {
     return unconsumed
   }
 
+  /**
+   * A signed-in provider session lives as long as its Portcullis session: one revoked, expired or of
+   * a disabled account is gone. A session nobody signed in to (the library keeps a form's state in
+   * one) has nothing to check.
+   */
+  private async sessionStillLive(row: RecordRow): Promise<boolean> {
+    if (row.user_id === null && row.session_id === null) return true
+    return row.session_id !== null && (await this.deps.sessionLive(row.session_id))
+  }
+
   async findByUid(uid: string): Promise<Payload | undefined> {
     const row = await records.findBy(this.deps.db.kysely, this.model, 'uid_hash', this.hash('uid', uid), this.deps.clock.now())
     if (!row) return undefined
-    if (this.model === 'Session' && (row.session_id === null || !(await this.deps.sessionLive(row.session_id)))) return undefined
+    if (this.model === 'Session' && !(await this.sessionStillLive(row))) return undefined
     return this.open(row, null)
   }
 

@@ -105,8 +105,8 @@ export function providerConfiguration(deps: ConfigurationDeps): Configuration {
       idTokenSigningAlgValues: ['RS256', 'EdDSA'],
       userinfoSigningAlgValues: ['RS256', 'EdDSA'],
       introspectionSigningAlgValues: ['RS256', 'EdDSA'],
-      clientAuthSigningAlgValues: ['RS256', 'PS256', 'ES256', 'EdDSA'],
-      requestObjectSigningAlgValues: ['RS256', 'PS256', 'ES256', 'EdDSA'],
+      clientAuthSigningAlgValues: ['RS256', 'PS256', 'ES256', 'EdDSA', 'Ed25519'],
+      requestObjectSigningAlgValues: ['RS256', 'PS256', 'ES256', 'EdDSA', 'Ed25519'],
     },
     pkce: {
       // Every client, unless an operator registered a confidential one that cannot send it.
@@ -170,7 +170,11 @@ export function providerConfiguration(deps: ConfigurationDeps): Configuration {
       pushedAuthorizationRequests: { enabled: false },
       claimsParameter: { enabled: false },
       userinfo: { enabled: true },
-      revocation: { enabled: true },
+      // A client revokes only its own tokens (RFC 7009 section 2.1); another's is refused, a public client learns nothing.
+      revocation: {
+        enabled: true,
+        allowedPolicy: async (_ctx: Ctx, client: Loose, token: Loose) => token.clientId === client.clientId,
+      },
       introspection: {
         enabled: true,
         // Confidential clients only (API.md), and only about their own tokens.

@@ -138,13 +138,13 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
       const targets = redirectTarget(interaction.params.redirect_uri)
       if (interaction.prompt.name === 'login') {
         const hint = typeof interaction.params.login_hint === 'string' ? interaction.params.login_hint : undefined
-        return send(reply, 200, providerPages.signIn(brand, name, hint ? { email: hint } : {}), targets)
+        return send(reply, 200, providerPages.signIn(brand, interaction.uid, name, hint ? { email: hint } : {}), targets)
       }
       // A first-party client is not asked (API.md); everything else is, scope by scope.
       if (firstParty) return finish(request, reply, { consent: { grantId: await grantFor(interaction) } })
       const email = interaction.session?.accountId ? await provider.emailOf(interaction.session.accountId) : null
       const scopes = String(interaction.params.scope ?? '').split(' ').filter(Boolean)
-      return send(reply, 200, providerPages.consent(brand, name, scopes, email ?? ''), targets)
+      return send(reply, 200, providerPages.consent(brand, interaction.uid, name, scopes, email ?? ''), targets)
     })
 
     /** The grant the person approves: what the request asked for, within what the client registered. */
@@ -181,7 +181,7 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
       const targets = redirectTarget(interaction.params.redirect_uri)
       if (error.code === 'MFA_REQUIRED') {
         const { mfa_token: token, methods } = (error.mfa ?? {}) as { mfa_token?: string; methods?: string[] }
-        if (token) return send(reply, 200, providerPages.secondFactor(brand, token, methods ?? []), targets)
+        if (token) return send(reply, 200, providerPages.secondFactor(brand, interaction.uid, token, methods ?? []), targets)
       }
       const messages: Record<string, string> = {
         INVALID_CREDENTIALS: 'That e-mail address and password do not match an account.',
@@ -191,7 +191,7 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
       }
       const message = messages[error.code]
       if (!message) throw error
-      return send(reply, error.status, providerPages.signIn(brand, name, { email, message }), targets)
+      return send(reply, error.status, providerPages.signIn(brand, interaction.uid, name, { email, message }), targets)
     }
 
     pages.post<{ Params: { uid: string } }>('/oauth/interaction/:uid/login', { onRequest: [refuseWhenSaturated(hasher), limitByIp(limits, 'login')] }, async (request, reply) => {
@@ -216,11 +216,11 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
         return await signedIn(request, reply, interaction, body)
       } catch (error) {
         if (error instanceof AppError && error.code === 'INVALID_MFA_CODE') {
-          return send(reply, 401, providerPages.secondFactor(brand, token, [], 'That code is wrong, already used or expired.'), redirectTarget(interaction.params.redirect_uri))
+          return send(reply, 401, providerPages.secondFactor(brand, interaction.uid, token, [], 'That code is wrong, already used or expired.'), redirectTarget(interaction.params.redirect_uri))
         }
         if (error instanceof AppError && error.code === 'INVALID_MFA_TOKEN') {
           const { name } = await clientName(interaction)
-          return send(reply, 401, providerPages.signIn(brand, name, { message: 'Too many wrong codes, or it took too long. Sign in again.' }))
+          return send(reply, 401, providerPages.signIn(brand, interaction.uid, name, { message: 'Too many wrong codes, or it took too long. Sign in again.' }))
         }
         throw error
       }

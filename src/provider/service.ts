@@ -10,6 +10,7 @@ import type { Logger } from '../logger.ts'
 import { decodeJwt } from 'jose'
 import type { Metrics } from '../http/metrics.ts'
 import { adapterFactory, keyedHash, PortcullisAdapter, revokeGrant, successorOf, type RequestState } from './adapter.ts'
+import type { ResourceTokens } from './resource.ts'
 import { BackchannelLogouts, queueLogoutNotices, type LogoutRow } from './logouts.ts'
 import type { ClientRegistry } from './clients.ts'
 import { providerConfiguration, type ConfigurationDeps } from './configuration.ts'
@@ -42,6 +43,8 @@ export interface ProviderServiceDeps {
   /** Ends a Portcullis session as a logout (the provider's end-session ends the session it is). */
   endSession: (userId: string, sessionId: string, context: RequestContext) => Promise<void>
   metrics: Metrics
+  /** Judges the JWT access tokens the API accepts; introspection asks it too. */
+  resourceTokens: ResourceTokens
   /**
    * Outbound requests to loopback addresses (a back-channel receiver or jwks_uri on this machine),
    * which the library refuses as a guard against request forgery: allowed outside production only.
@@ -129,6 +132,8 @@ export class ProviderService {
     const provider = new library.Provider(settings.issuer, configuration)
     // Its endpoint URLs come from the issuer alone (the mount sets the forwarded headers from it).
     provider.proxy = true
+    // Every ID token carries `sid` (API.md), not only those of clients registered for Back-Channel Logout.
+    provider.Client.prototype.includeSid = () => true
     provider.use(async (ctx, next) => {
       await next()
       await this.afterRequest(ctx)
@@ -208,9 +213,13 @@ export class ProviderService {
     return state
   }
 
-  /** After the library answered: the logged-out session, the refresh retry's stored successor, the grant's last use. */
+  /** After the library answered: the logged-out session, JWT introspection, the refresh retry's stored successor, the grant's last use. */
   private async afterRequest(ctx: KoaContextWithOIDC): Promise<void> {
     const state = this.states.get(ctx)
+    if (ctx.oidc?.route === 'introspection' && ctx.oidc.client && (ctx.body as { error?: string } | undefined)?.error === 'unsupported_token_type') {
+      await this.introspectJwt(ctx)
+      return
+    }
     if (ctx.oidc?.route === 'end_session_confirm' && ctx.oidc.session?.destroyed && state?.endedSession) {
       const session = await sessions.findAuthState(this.deps.db.kysely, state.endedSession)
       const agent = ctx.get('user-agent')
@@ -227,6 +236,20 @@ export class ProviderService {
       return
     }
     ;(ctx.body as Record<string, unknown>).refresh_token = successor
+  }
+
+  /**
+   * RFC 7662 for a JWT access token, which the library refuses (it never stores one): answered
+   * from its signature, expiry, grant and account, to the confidential client it was issued to
+   * (the client has authenticated by the time the library refuses).
+   */
+  private async introspectJwt(ctx: KoaContextWithOIDC): Promise<void> {
+    const client = ctx.oidc.client as { clientId: string; clientAuthMethod: string }
+    const token = await this.deps.resourceTokens.introspect(String(ctx.oidc.params.token))
+    ctx.status = 200
+    ctx.body = token && client.clientAuthMethod !== 'none' && token.clientId === client.clientId
+      ? { active: true, iss: this.deps.settings.issuer, token_type: 'Bearer', ...token, clientId: undefined, client_id: token.clientId }
+      : { active: false }
   }
 
   private async sessionLive(sessionId: string): Promise<boolean> {
