@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { KoaContextWithOIDC, Provider } from 'oidc-provider'
 import type { RequestContext } from '../audit/events.ts'
@@ -17,6 +18,9 @@ import { providerConfiguration, type ConfigurationDeps } from './configuration.t
 import { records } from './store.ts'
 
 type Library = typeof import('oidc-provider')
+
+/** Marks the queue's own deliveries, which the end-session interception must let through. */
+const delivering = new AsyncLocalStorage<true>()
 
 export interface ProviderSettings {
   issuer: string
@@ -173,7 +177,8 @@ export class ProviderService {
    */
   private async fetch(url: string | URL, options: RequestInit & { dispatcher?: unknown }): Promise<Response> {
     const ctx = this.library?.Provider.ctx as KoaContextWithOIDC | undefined
-    if (ctx?.oidc?.route === 'end_session_confirm' && options.body instanceof URLSearchParams && options.body.has('logout_token')) {
+    // A queued delivery may run in the async context of the request that queued it: it is sent.
+    if (!delivering.getStore() && ctx?.oidc?.route === 'end_session_confirm' && options.body instanceof URLSearchParams && options.body.has('logout_token')) {
       const claims = decodeJwt(options.body.get('logout_token')!)
       if (typeof claims.aud === 'string' && typeof claims.sub === 'string' && typeof claims.sid === 'string') {
         await queueLogoutNotices(this.deps.db.kysely, [{ clientId: claims.aud, subject: claims.sub, sid: claims.sid }], this.deps.clock.now())
@@ -192,7 +197,7 @@ export class ProviderService {
     const client = await provider.Client.find(row.client_id)
     // A client removed, or no longer registered for notices, has nothing to be told.
     if (!client?.backchannelLogoutUri) return
-    await client.backchannelLogout(row.subject, row.sid)
+    await delivering.run(true, () => client.backchannelLogout(row.subject, row.sid))
   }
 
   /** The library itself, for the interaction pages. */

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, test } from 'node:test'
-import { decodeJwt, decodeProtectedHeader, exportJWK, generateKeyPair } from 'jose'
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { createRemoteJWKSet, decodeJwt, decodeProtectedHeader, exportJWK, generateKeyPair, jwtVerify } from 'jose'
 import * as client from 'openid-client'
 import { freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, within, type TestApp } from '../helpers/app.ts'
 import { ENGINES } from '../helpers/db.ts'
@@ -45,7 +47,21 @@ for (const engine of ENGINES) {
     let api: string
     let server: client.ServerMetadata
 
+    /** A client's Back-Channel Logout endpoint: what it was sent, and whether it answers 200 or 500 for now. */
+    const receiver = { server: undefined as Server | undefined, url: '', tokens: [] as string[], failing: false }
+
     before(async () => {
+      receiver.server = createServer((request, response) => {
+        let body = ''
+        request.on('data', (chunk) => (body += chunk))
+        request.on('end', () => {
+          if (receiver.failing) return response.writeHead(500).end()
+          receiver.tokens.push(new URLSearchParams(body).get('logout_token') ?? '')
+          response.writeHead(200).end()
+        })
+      })
+      await new Promise<void>((resolve) => receiver.server!.listen(0, '127.0.0.1', resolve))
+      receiver.url = `http://127.0.0.1:${(receiver.server.address() as AddressInfo).port}/backchannel`
       const port = await freePort()
       issuer = `http://localhost:${port}`
       api = `${issuer}/api/v1`
@@ -57,6 +73,7 @@ for (const engine of ENGINES) {
     })
     after(async () => {
       await t?.close()
+      receiver.server?.close()
     })
 
     /** A client registered by an operator: public by default, for REDIRECT_URI, every scope. */
@@ -671,6 +688,73 @@ for (const engine of ENGINES) {
       await t.app.services.accounts.disable(disabled.email, 'suspended')
       // A disabled account's tokens are refused, whichever of the two refusals comes first.
       await assertEnded(before, (status) => status === 401 || status === 403)
+    })
+
+    /**
+     * The logout tokens the receiver got for `sid` once the queue has run: each verified as the
+     * client would (signature on the published keys, issuer, audience, the event, no nonce).
+     */
+    const logoutTokensFor = async (clientId: string, sid: string) => {
+      await t.app.services.provider.logouts.flush()
+      const keys = createRemoteJWKSet(new URL(server.jwks_uri!))
+      const verified = []
+      // One receiver serves every client of this file: only this client's tokens are its.
+      for (const token of receiver.tokens.filter((token) => decodeJwt(token).aud === clientId)) {
+        const { payload } = await jwtVerify(token, keys, { issuer, audience: clientId, maxTokenAge: '2 minutes' })
+        if (payload.sid !== sid) continue
+        assert.deepEqual(payload.events, { 'http://schemas.openid.net/event/backchannel-logout': {} })
+        assert.equal(payload.nonce, undefined)
+        assert.ok(typeof payload.jti === 'string')
+        verified.push(payload)
+      }
+      return verified
+    }
+
+    test('19. Back-Channel Logout: end-session, logout-all and one revoked session each tell the client, through the durable queue, with a token it verifies', async () => {
+      const { clientId } = await register({ name: 'Notified app', backchannel_logout_uri: receiver.url, post_logout_redirect_uris: [LOGGED_OUT_URI] })
+      const config = rp(clientId)
+
+      // The end-session endpoint: the library's own send is replaced by the queue's.
+      const first = await registerVerifyLogin(t)
+      const { browser, tokens } = await grantFor(config, first)
+      const sid = tokens.claims()!.sid as string
+      const confirm = await browser.go(client.buildEndSessionUrl(config, { id_token_hint: tokens.id_token!, post_logout_redirect_uri: LOGGED_OUT_URI }).href)
+      const ended = await browser.submit(formOf(confirm, { id: 'op.logoutForm' }), { logout: 'yes' })
+      assert.equal(ended.location, LOGGED_OUT_URI)
+      const told = await logoutTokensFor(clientId, sid)
+      assert.equal(told.length, 1, 'one notice for the ended session')
+      assert.equal(told[0]!.sub, first.userId)
+
+      // Logout-all from Portcullis's own API.
+      const second = await registerVerifyLogin(t)
+      const secondSid = (await grantFor(config, second)).tokens.claims()!.sid as string
+      assert.equal((await t.post('/auth/logout-all', undefined, second.access_token)).statusCode, 200)
+      assert.equal((await logoutTokensFor(clientId, secondSid)).length, 1)
+
+      // One session revoked from the user's list (the provider's session is listed with the app's name).
+      const third = await registerVerifyLogin(t)
+      const thirdSid = (await grantFor(config, third)).tokens.claims()!.sid as string
+      const listed = (await t.get('/auth/sessions', third.access_token)).json().data.sessions as { id: string; client: string | null }[]
+      const viaApp = listed.find((session) => session.client === 'Notified app')
+      assert.ok(viaApp, 'the provider session is listed with the app\'s name')
+      assert.equal((await t.call('DELETE', `/auth/sessions/${viaApp.id}`, third.access_token)).statusCode, 200)
+      assert.equal((await logoutTokensFor(clientId, thirdSid)).length, 1)
+    })
+
+    test('20. a Back-Channel Logout the client could not take is retried until it does', async () => {
+      const { clientId } = await register({ name: 'Flaky receiver', backchannel_logout_uri: receiver.url })
+      const user = await registerVerifyLogin(t)
+      const sid = (await grantFor(rp(clientId), user)).tokens.claims()!.sid as string
+      receiver.failing = true
+      try {
+        assert.equal((await t.post('/auth/logout-all', undefined, user.access_token)).statusCode, 200)
+        assert.equal((await logoutTokensFor(clientId, sid)).length, 0, 'refused by the receiver')
+      } finally {
+        receiver.failing = false
+      }
+      // The retry is due after the queue's first delay (5 s by Portcullis's clock).
+      t.clock.advance(6)
+      assert.equal((await logoutTokensFor(clientId, sid)).length, 1)
     })
   })
 }
