@@ -204,9 +204,6 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const signOut = accountSignOut(clock)
   const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, signOut, resetPasswordUrl: config.resetPasswordUrl })
   const accounts = new AccountService(db, clock, signOut, (changes) => feed.applyLocally(changes))
-  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc })
-  const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
-  const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc)
   const clients = new ClientRegistry({ db, clock, sealer })
   const resourceTokens = new ResourceTokens({ db, keys: infra.keys, gate, clock, sessions, issuer: config.provider.issuer, resource: config.audience })
   const provider = new ProviderService({
@@ -221,6 +218,9 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     resourceTokens,
     allowLoopbackFetch: !config.production,
   })
+  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc, apps: provider })
+  const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
+  const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider)
   return { tokens, auth, mfa, oidc, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 

@@ -9,6 +9,7 @@ import type { AuditLog } from '../audit/service.ts'
 import type { Limits } from '../limits/limits.ts'
 import type { MfaService } from '../mfa/service.ts'
 import type { OidcService } from '../oidc/service.ts'
+import type { ProviderService } from '../provider/service.ts'
 import type { WatchlistService } from '../watchlists/service.ts'
 import { statusOf, UnknownUserError, type AccountService } from './service.ts'
 import { accountStore } from './store.ts'
@@ -25,6 +26,8 @@ export interface DataRightsDeps {
   secondFactors: Pick<MfaService, 'summaryOf'>
   /** The identity-provider module: the linked identities. */
   identities: Pick<OidcService, 'list'>
+  /** The OpenID provider module: the apps the user approved. */
+  apps: Pick<ProviderService, 'appsOf'>
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
@@ -66,13 +69,14 @@ export class DataRights {
     const user = await users.findById(db, principal.userId)
     if (!user) throw new AppError('INVALID_TOKEN')
     await recordEvent(db, this.deps.clock, { type: 'account.exported', userId: user.id, context })
-    const [sessions, watchlists, events, mail, secondFactors, linked] = await Promise.all([
+    const [sessions, watchlists, events, mail, secondFactors, linked, apps] = await Promise.all([
       accountStore.allSessions(db, user.id),
       this.deps.watchlists.allOf(user.id),
       this.deps.audit.ofUser(user.id),
       accountStore.mailOf(db, user.id),
       this.deps.secondFactors.summaryOf(user.id),
       this.deps.identities.list(user.id),
+      this.deps.apps.appsOf(user.id),
     ])
     return {
       user: {
@@ -101,6 +105,7 @@ export class DataRights {
       events,
       factors: secondFactors.factors,
       identities: linked.identities,
+      apps,
       mail: mail.map((message) => ({
         id: message.id,
         kind: message.kind,

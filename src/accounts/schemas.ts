@@ -4,6 +4,7 @@ import { Body, Envelope } from '../http/schemas.ts'
 import { AuditEvent } from '../audit/schemas.ts'
 import { Factor } from '../mfa/schemas.ts'
 import { Identity } from '../oidc/schemas.ts'
+import { App } from '../provider/schemas.ts'
 import { Watchlist } from '../watchlists/schemas.ts'
 
 /** The lifecycle routes' schemas: they validate, serialise, document and type the client. */
@@ -70,6 +71,7 @@ export const AccountExport = Envelope(
     events: Type.Array(AuditEvent),
     factors: Type.Array(Factor, { description: 'Confirmed second factors, without their secrets' }),
     identities: Type.Array(Identity, { description: 'Identity-provider accounts linked to this one' }),
+    apps: Type.Array(App, { description: 'The apps the user let sign in with this account (Portcullis as an OpenID provider)' }),
     mail: Type.Array(
       Type.Object({
         id: Type.String(),

@@ -4,6 +4,7 @@ import { AuditEvent } from '../audit/schemas.ts'
 import { Body, Envelope } from '../http/schemas.ts'
 import { Factor } from '../mfa/schemas.ts'
 import { Identity } from '../oidc/schemas.ts'
+import { App } from '../provider/schemas.ts'
 
 /** The admin API's schemas: they validate, serialise and document (OpenAPI, tag `admin`). */
 const Cursor = Type.String({ minLength: 1, maxLength: 512 })
@@ -23,6 +24,7 @@ export const AdminUser = Type.Object({
   active_sessions: Type.Integer({ description: 'Sessions neither revoked nor expired' }),
   mfa: Type.Optional(Type.Object({ enabled: Type.Boolean(), factors: Type.Array(Factor) }, { description: 'GET /admin/users/{id} and the actions on one user; not in listings' })),
   identities: Type.Optional(Type.Array(Identity, { description: 'Linked identity-provider accounts; GET /admin/users/{id} and the actions on one user' })),
+  apps: Type.Optional(Type.Array(App, { description: 'The apps the user approved through the OpenID provider (their grants); GET /admin/users/{id} and the actions on one user' })),
 })
 
 export const UsersQuery = Type.Object(

@@ -10,6 +10,7 @@ import type { UserRow } from '../db/repositories.ts'
 import { AppError } from '../errors.ts'
 import type { MfaService } from '../mfa/service.ts'
 import type { OidcService } from '../oidc/service.ts'
+import type { ProviderService } from '../provider/service.ts'
 import { isUuid } from '../text.ts'
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
@@ -34,6 +35,8 @@ export class AdminService {
     private readonly mfa: Pick<MfaService, 'summaryOf' | 'resetFor' | 'kickMail'>,
     /** The identity-provider module, for the single-user view. */
     private readonly identities: Pick<OidcService, 'list'>,
+    /** The OpenID provider module: the apps the user approved, for the single-user view. */
+    private readonly apps: Pick<ProviderService, 'appsOf'>,
   ) {}
 
   private async views(rows: UserRow[]) {
@@ -82,7 +85,7 @@ export class AdminService {
 
   private async view(id: string) {
     const row = await this.accounts.find({ id })
-    return { ...(await this.views([row]))[0]!, mfa: await this.mfa.summaryOf(id), identities: (await this.identities.list(id)).identities }
+    return { ...(await this.views([row]))[0]!, mfa: await this.mfa.summaryOf(id), identities: (await this.identities.list(id)).identities, apps: await this.apps.appsOf(id) }
   }
 
   /** Removes every second factor and recovery code and revokes every session (API.md, Operators). */

@@ -120,7 +120,8 @@ export const ClientList = Envelope(Type.Object({ clients: Type.Array(RegisteredC
 export const ClientDeleted = Envelope(Type.Object({ client_id: Type.String(), deleted: Type.Literal(true) }))
 export const ClientSecretRotated = Envelope(Type.Object({ client: RegisteredClient, client_secret: Secret }))
 
-const App = Type.Object({
+/** An app the user approved through the provider. */
+export const App = Type.Object({
   client_id: Type.String(),
   name: Type.String(),
   scopes: Type.Array(Type.String()),

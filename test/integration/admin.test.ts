@@ -81,7 +81,7 @@ for (const engine of ENGINES) {
     test('what the routes answer, and every action is an audit event naming the key', async () => {
       const user = await registerVerifyLogin(t)
       const got = (await as(keys.read, 'GET', `/admin/users/${user.userId}`)).json().data.user
-      assert.deepEqual(Object.keys(got).sort(), ['active_sessions', 'created_at', 'disabled_reason', 'email', 'email_verified', 'full_name', 'identities', 'last_login_at', 'mfa', 'status', 'user_id'])
+      assert.deepEqual(Object.keys(got).sort(), ['active_sessions', 'apps', 'created_at', 'disabled_reason', 'email', 'email_verified', 'full_name', 'identities', 'last_login_at', 'mfa', 'status', 'user_id'])
       assert.deepEqual(got.mfa, { enabled: false, factors: [] })
       assert.equal(got.status, 'active')
       assert.equal(got.active_sessions, 1)

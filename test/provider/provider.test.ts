@@ -634,7 +634,7 @@ for (const engine of ENGINES) {
       assert.equal(answer.searchParams.get('code'), null)
     })
 
-    test('17. the user\'s apps: listed with their scopes; revoking one ends its refresh token, and its API token within 1 s', async () => {
+    test('17. the user\'s apps: listed with their scopes, in the export and the admin view; revoking one ends its refresh token, and its API token within 1 s', async () => {
       const user = await registerVerifyLogin(t)
       const { clientId } = await register({ name: 'Revocable app' })
       const config = rp(clientId)
@@ -650,6 +650,10 @@ for (const engine of ENGINES) {
       assert.equal(apps[0]!.client_id, clientId)
       assert.equal(apps[0]!.name, 'Revocable app')
       assert.deepEqual([...apps[0]!.scopes].sort(), ['offline_access', 'openid', 'watchlists:read'])
+      // The same grant in the user's export and in the operator's view of the user.
+      const exported = await t.get('/auth/me/export', user.access_token)
+      assert.deepEqual(exported.json().data.apps.map((app: { client_id: string }) => app.client_id), [clientId])
+      assert.deepEqual((await t.app.services.admin.getUser(user.userId)).apps?.map((app) => app.client_id), [clientId])
 
       const revoked = await t.call('DELETE', `/auth/me/apps/${clientId}`, user.access_token)
       assert.equal(revoked.statusCode, 200, revoked.body)
