@@ -168,6 +168,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     provider: services.provider, clients: services.clients, auth, mfa, lifecycle, limits, hasher, brand,
     ownOrigin: new URL(config.publicUrl).origin,
     resourceMetadata: { url: metadataUrl, resource: config.audience, issuer: config.provider.issuer },
+    oidc,
+    oidcCookie: oidcRoutes,
   })
   await app.register(
     async (api) => {

@@ -25,7 +25,7 @@ export interface OidcRouteOptions {
   brand: PageBrand
 }
 
-function flowCookieOf(request: FastifyRequest): string | undefined {
+export function flowCookieOf(request: FastifyRequest): string | undefined {
   const header = request.headers.cookie
   if (typeof header !== 'string') return undefined
   for (const part of header.split(';')) {
@@ -36,7 +36,7 @@ function flowCookieOf(request: FastifyRequest): string | undefined {
 }
 
 /** HttpOnly, SameSite=Lax (it must come along on the provider's top-level redirect back), scoped to the OIDC routes. */
-function setFlowCookie(reply: FastifyReply, value: string, options: OidcRouteOptions): void {
+export function setFlowCookie(reply: FastifyReply, value: string, options: Pick<OidcRouteOptions, 'basePath' | 'secure'>): void {
   const attributes = [`${FLOW_COOKIE}=${value}`, `Path=${options.basePath}/auth/oidc`, `Max-Age=${FLOW_TTL_MS / 1000}`, 'HttpOnly', 'SameSite=Lax']
   if (options.secure) attributes.push('Secure')
   reply.header('set-cookie', attributes.join('; '))

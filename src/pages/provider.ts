@@ -44,7 +44,7 @@ export function providerPageCsp(formTargets: string[] = []): string {
 export const LIBRARY_PAGE_CSP = ["default-src 'none'", `style-src '${PAGE_CSS_HASH}'`, "script-src 'self'", "frame-ancestors 'none'", "base-uri 'none'"].join('; ')
 
 export const providerPages = {
-  signIn(brand: PageBrand, uid: string, clientName: string, options: { email?: string; errors?: FieldErrors; message?: string } = {}): Html {
+  signIn(brand: PageBrand, uid: string, clientName: string, options: { email?: string; errors?: FieldErrors; message?: string; providers?: { name: string; label: string }[] } = {}): Html {
     const focus = { done: false }
     const errors = options.errors ?? {}
     const fields = [
@@ -54,7 +54,8 @@ export const providerPages = {
     return layout(brand, `Sign in to continue to ${clientName}`, html`${options.message ? html`<p class="error" role="alert">${options.message}</p>` : ''}
 <p>${clientName} uses your ${brand.appName} account. It never sees your password.</p>
 ${form(`/oauth/interaction/${uid}/login`, fields, {}, 'Sign in')}
-<form method="post" action="/oauth/interaction/${uid}/abort"><button type="submit" class="secondary">Cancel</button></form>`)
+${(options.providers ?? []).map((provider) => html`<form method="post" action="/oauth/interaction/${uid}/federated/${provider.name}"><button type="submit" class="secondary">Continue with ${provider.label}</button></form>
+`)}<form method="post" action="/oauth/interaction/${uid}/abort"><button type="submit" class="secondary">Cancel</button></form>`)
   },
 
   secondFactor(brand: PageBrand, uid: string, mfaToken: string, methods: string[], message?: string): Html {

@@ -1,3 +1,4 @@
+import { createHash, randomBytes } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerHookHandler } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { decodeJwt } from 'jose'
@@ -13,6 +14,8 @@ import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
 import type { Limits } from '../limits/limits.ts'
 import type { MfaService } from '../mfa/service.ts'
+import { flowCookieOf, setFlowCookie } from '../oidc/routes.ts'
+import type { OidcService } from '../oidc/service.ts'
 import { LIBRARY_PAGE_CSP, providerPageCsp, providerPages } from '../pages/provider.ts'
 import { assertSameSite, parseForm, problemPage, type Form } from '../pages/routes.ts'
 import type { PageBrand } from '../pages/views.ts'
@@ -34,7 +37,13 @@ export interface ProviderRouteDeps {
   ownOrigin: string
   /** The API's protected resource metadata (RFC 9728): its URL, the API's identifier, the issuer. */
   resourceMetadata: { url: string; resource: string; issuer: string }
+  /** Sign-in with an upstream identity provider ("Continue with ..."), and its flow cookie's settings. */
+  oidc: OidcService
+  oidcCookie: { basePath: string; secure: boolean }
 }
+
+/** The PKCE verifier of an upstream sign-in started from an interaction, kept by the browser under the interaction's path. */
+const FEDERATED_COOKIE = 'portcullis_op_upstream'
 
 /** The paths the library answers itself: its endpoints and the two discovery documents. */
 const LIBRARY_PATHS = ['/oauth/*', '/.well-known/openid-configuration', '/.well-known/oauth-authorization-server']
@@ -86,7 +95,9 @@ interface Interaction {
  * Portcullis session that the provider's session then is.
  */
 export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDeps): Promise<void> {
-  const { provider, clients, auth, mfa, lifecycle, limits, hasher, brand, ownOrigin } = deps
+  const { provider, clients, auth, mfa, lifecycle, limits, hasher, brand, ownOrigin, oidc } = deps
+  const issuer = deps.resourceMetadata.issuer
+  const upstream = () => oidc.providers().providers.filter((entry) => entry.available).map(({ name, label }) => ({ name, label }))
 
   for (const url of LIBRARY_PATHS) {
     app.route({ method: ['GET', 'POST', 'OPTIONS', 'HEAD'], url, onRequest: async (request, reply) => handOver(provider, request, reply), handler: async () => undefined })
@@ -138,7 +149,7 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
       const targets = redirectTarget(interaction.params.redirect_uri)
       if (interaction.prompt.name === 'login') {
         const hint = typeof interaction.params.login_hint === 'string' ? interaction.params.login_hint : undefined
-        return send(reply, 200, providerPages.signIn(brand, interaction.uid, name, hint ? { email: hint } : {}), targets)
+        return send(reply, 200, providerPages.signIn(brand, interaction.uid, name, { providers: upstream(), ...(hint ? { email: hint } : {}) }), targets)
       }
       // A first-party client is not asked (API.md); everything else is, scope by scope.
       if (firstParty) return finish(request, reply, { consent: { grantId: await grantFor(interaction) } })
@@ -175,7 +186,7 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
       })
     }
 
-    const loginFailure = async (reply: FastifyReply, interaction: Interaction, error: unknown, email: string) => {
+    const loginFailure = async (reply: FastifyReply, interaction: Interaction, error: unknown, email: string, password?: string) => {
       if (!(error instanceof AppError)) throw error
       const { name } = await clientName(interaction)
       const targets = redirectTarget(interaction.params.redirect_uri)
@@ -184,14 +195,14 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
         if (token) return send(reply, 200, providerPages.secondFactor(brand, interaction.uid, token, methods ?? []), targets)
       }
       const messages: Record<string, string> = {
-        INVALID_CREDENTIALS: 'That e-mail address and password do not match an account.',
+        INVALID_CREDENTIALS: email === '' && password === undefined ? 'That sign-in did not work. Try again.' : 'That e-mail address and password do not match an account.',
         EMAIL_NOT_VERIFIED: 'Confirm your e-mail address first: open the link we mailed you.',
         ACCOUNT_DISABLED: 'This account is disabled.',
         VALIDATION_ERROR: 'Enter your e-mail address and password.',
       }
       const message = messages[error.code]
       if (!message) throw error
-      return send(reply, error.status, providerPages.signIn(brand, interaction.uid, name, { email, message }), targets)
+      return send(reply, error.status, providerPages.signIn(brand, interaction.uid, name, { email, message, providers: upstream() }), targets)
     }
 
     pages.post<{ Params: { uid: string } }>('/oauth/interaction/:uid/login', { onRequest: [refuseWhenSaturated(hasher), limitByIp(limits, 'login')] }, async (request, reply) => {
@@ -201,7 +212,37 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
       try {
         return await signedIn(request, reply, interaction, await auth.login({ email, password }, requestContext(request)))
       } catch (error) {
-        return loginFailure(reply, interaction, error, email)
+        return loginFailure(reply, interaction, error, email, password)
+      }
+    })
+
+    // "Continue with {provider}": the upstream sign-in of src/oidc/, coming back to this interaction
+    // with a login code bound to a PKCE verifier this browser keeps under the interaction's path.
+    pages.post<{ Params: { uid: string; name: string } }>('/oauth/interaction/:uid/federated/:name', { onRequest: limitByIp(limits, 'login') }, async (request, reply) => {
+      const interaction = await details(request, reply)
+      if (!interaction || interaction.uid !== request.params.uid || interaction.prompt.name !== 'login') return expired(reply)
+      const verifier = randomBytes(32).toString('base64url')
+      const started = await oidc.start(
+        request.params.name,
+        { redirectTo: `${issuer}/oauth/interaction/${interaction.uid}/federated`, codeChallenge: createHash('sha256').update(verifier).digest('base64url'), codeChallengeMethod: 'S256' },
+        flowCookieOf(request),
+      )
+      setFlowCookie(reply, started.browser, deps.oidcCookie)
+      const attributes = [`${FEDERATED_COOKIE}=${verifier}`, `Path=/oauth/interaction/${interaction.uid}`, 'Max-Age=600', 'HttpOnly', 'SameSite=Lax', ...(deps.oidcCookie.secure ? ['Secure'] : [])]
+      reply.header('set-cookie', [reply.getHeader('set-cookie') as string, attributes.join('; ')])
+      return reply.code(303).header('location', started.location).send()
+    })
+
+    pages.get<{ Params: { uid: string }; Querystring: { code?: string; error?: string } }>('/oauth/interaction/:uid/federated', { onRequest: limitByIp(limits, 'login') }, async (request, reply) => {
+      const interaction = await details(request, reply)
+      if (!interaction || interaction.uid !== request.params.uid || interaction.prompt.name !== 'login') return expired(reply)
+      const verifier = /(?:^|;\s*)portcullis_op_upstream=([A-Za-z0-9_-]+)/.exec(request.headers.cookie ?? '')?.[1]
+      const code = typeof request.query.code === 'string' ? request.query.code : ''
+      try {
+        if (!code || !verifier) throw new AppError('INVALID_CREDENTIALS')
+        return await signedIn(request, reply, interaction, await oidc.exchange({ code, codeVerifier: verifier }, 'body', requestContext(request)))
+      } catch (error) {
+        return loginFailure(reply, interaction, error, '')
       }
     })
 

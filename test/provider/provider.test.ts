@@ -7,6 +7,7 @@ import * as client from 'openid-client'
 import { freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, within, type TestApp } from '../helpers/app.ts'
 import { ENGINES } from '../helpers/db.ts'
 import { formOf, formsOf, headingOf, OpBrowser, type Page } from '../helpers/op-browser.ts'
+import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.ts'
 import { oathtool } from '../helpers/totp.ts'
 import type { ClientCreate } from '../../src/provider/schemas.ts'
 
@@ -49,6 +50,8 @@ for (const engine of ENGINES) {
 
     /** A client's Back-Channel Logout endpoint: what it was sent, and whether it answers 200 or 500 for now. */
     const receiver = { server: undefined as Server | undefined, url: '', tokens: [] as string[], failing: false }
+    /** An upstream identity provider, for "Continue with ..." on the sign-in page. */
+    let upstream: TestProvider
 
     before(async () => {
       receiver.server = createServer((request, response) => {
@@ -65,7 +68,10 @@ for (const engine of ENGINES) {
       const port = await freePort()
       issuer = `http://localhost:${port}`
       api = `${issuer}/api/v1`
-      t = await startTestApp(engine, { env: { PUBLIC_URL: issuer } })
+      upstream = await startTestProvider({ redirectUris: [`${api}/auth/oidc/test/callback`] })
+      t = await startTestApp(engine, {
+        env: { PUBLIC_URL: issuer, OIDC_PROVIDERS: 'test', OIDC_TEST_ISSUER: upstream.issuer, OIDC_TEST_CLIENT_ID: upstream.clientId, OIDC_TEST_CLIENT_SECRET: upstream.clientSecret, OIDC_TEST_LABEL: 'Upstream ID' },
+      })
       await t.app.listen({ port, host: '127.0.0.1' })
       const discovered = await fetch(`${issuer}/.well-known/openid-configuration`)
       assert.equal(discovered.status, 200)
@@ -74,6 +80,7 @@ for (const engine of ENGINES) {
     after(async () => {
       await t?.close()
       receiver.server?.close()
+      await upstream?.close()
     })
 
     /** A client registered by an operator: public by default, for REDIRECT_URI, every scope. */
@@ -759,6 +766,31 @@ for (const engine of ENGINES) {
       // The retry is due after the queue's first delay (5 s by Portcullis's clock).
       t.clock.advance(6)
       assert.equal((await logoutTokensFor(clientId, sid)).length, 1)
+    })
+
+    test('21. "Continue with" an upstream identity provider on the sign-in page signs the person in through it', async () => {
+      const person = { sub: `upstream-${Date.now()}`, email: uniqueEmail('upstream'), email_verified: true as const, name: 'Upstream Person' }
+      upstream.addAccount(person)
+      const { clientId } = await register({ name: 'Federated app', first_party: true })
+      const config = rp(clientId)
+      const browser = new OpBrowser(issuer)
+      const request = await authorization(config, { scope: 'openid email' })
+      const page = await browser.go(request.url)
+      assert.ok(isSignInPage(page))
+      assert.match(page.body, /Continue with Upstream ID/)
+      // The button starts the upstream flow (through /api/v1/auth/oidc/test/start's logic) and leaves this site.
+      const left = await browser.submit(formOf(page, { actionEndsWith: '/federated/test' }))
+      assert.equal(left.status, 303)
+      assert.ok(left.location?.startsWith(upstream.issuer), left.location ?? '')
+      // The upstream provider signs the person in and sends the browser back through Portcullis's callback.
+      const back = await browser.go(await upstream.signIn(left.location!, person.sub))
+      assert.ok(back.location, `expected a redirect to the client, got ${back.status} at ${back.url}: ${back.body.slice(0, 300)}`)
+      const tokens = await client.authorizationCodeGrant(config, new URL(back.location), request.checks)
+      const claims = tokens.claims()!
+      assert.deepEqual(claims.amr, ['fed'])
+      assert.equal(claims.email, undefined, 'email is a userinfo claim with the opaque token')
+      const info = await client.fetchUserInfo(config, tokens.access_token, claims.sub)
+      assert.equal(info.email, person.email)
     })
   })
 }
