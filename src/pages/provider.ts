@@ -1,6 +1,54 @@
+import { createHash } from 'node:crypto'
 import { html, Html } from '../html.ts'
 import { field, form, layout, type FieldErrors, type PageBrand } from './views.ts'
 import { PAGE_CSS_HASH } from './style.ts'
+
+/**
+ * The passkey button's script: where JavaScript runs and the browser has WebAuthn, it shows the
+ * button; a press asks the button's `data-options` for a challenge, runs the ceremony, sends the
+ * assertion to `data-submit` and follows the answer's `location`. Without it the page is the plain
+ * password form. Inline, allowed by its hash alone (PASSKEY_SCRIPT_HASH in the page's policy).
+ */
+const PASSKEY_SCRIPT = `(() => {
+const button = document.getElementById('passkey')
+if (!button || !window.PublicKeyCredential) return
+const status = document.getElementById('passkey-status')
+const b64 = (buffer) => btoa(String.fromCharCode(...new Uint8Array(buffer))).replace(/\\+/g, '-').replace(/\\//g, '_').replace(/=+$/, '')
+const bytes = (text) => Uint8Array.from(atob(text.replace(/-/g, '+').replace(/_/g, '/')), (c) => c.charCodeAt(0))
+const post = async (url, fields) => {
+  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams(fields) })
+  return { ok: response.ok, body: await response.json() }
+}
+button.hidden = false
+button.addEventListener('click', async () => {
+  status.textContent = ''
+  const fields = button.dataset.mfaToken ? { mfa_token: button.dataset.mfaToken } : {}
+  try {
+    const started = await post(button.dataset.options, fields)
+    if (!started.ok) throw new Error(started.body.message)
+    const options = started.body.options
+    const publicKey = PublicKeyCredential.parseRequestOptionsFromJSON ? PublicKeyCredential.parseRequestOptionsFromJSON(options)
+      : { ...options, challenge: bytes(options.challenge), allowCredentials: (options.allowCredentials || []).map((d) => ({ ...d, id: bytes(d.id) })) }
+    const credential = await navigator.credentials.get({ publicKey })
+    const r = credential.response
+    const json = credential.toJSON ? credential.toJSON() : { id: credential.id, rawId: b64(credential.rawId), type: credential.type, clientExtensionResults: credential.getClientExtensionResults(),
+      response: { clientDataJSON: b64(r.clientDataJSON), authenticatorData: b64(r.authenticatorData), signature: b64(r.signature), userHandle: r.userHandle ? b64(r.userHandle) : null } }
+    const done = await post(button.dataset.submit, { ...fields, ...(started.body.challenge_id ? { challenge_id: started.body.challenge_id } : {}), credential: JSON.stringify(json) })
+    if (!done.ok) throw new Error(done.body.message)
+    window.location.assign(done.body.location)
+  } catch (error) {
+    status.textContent = error && error.name === 'NotAllowedError' ? 'The passkey was not used.' : (error && error.message) || 'That did not work.'
+  }
+})
+})()`
+const PASSKEY_SCRIPT_HASH = `sha256-${createHash('sha256').update(PASSKEY_SCRIPT).digest('base64')}`
+
+/** The passkey button (hidden until the script shows it) and the line that tells how it went. */
+function passkeyButton(uid: string, label: string, mfaToken?: string): Html {
+  return html`<button type="button" id="passkey" class="secondary" hidden data-options="/oauth/interaction/${uid}/passkey/options" data-submit="/oauth/interaction/${uid}/passkey"${mfaToken ? html` data-mfa-token="${mfaToken}"` : ''}>${label}</button>
+<p class="error" id="passkey-status" role="status" aria-live="polite"></p>
+<script>${new Html(PASSKEY_SCRIPT)}</script>`
+}
 
 /**
  * The forms post to `/oauth/interaction/{uid}/...`, absolute (the issuer is an origin, never a
@@ -30,6 +78,8 @@ export function providerPageCsp(formTargets: string[] = []): string {
   return [
     "default-src 'none'",
     `style-src '${PAGE_CSS_HASH}'`,
+    `script-src '${PASSKEY_SCRIPT_HASH}'`,
+    "connect-src 'self'",
     `form-action 'self'${formTargets.map((target) => ` ${target}`).join('')}`,
     "frame-ancestors 'none'",
     "base-uri 'none'",
@@ -54,6 +104,7 @@ export const providerPages = {
     return layout(brand, `Sign in to continue to ${clientName}`, html`${options.message ? html`<p class="error" role="alert">${options.message}</p>` : ''}
 <p>${clientName} uses your ${brand.appName} account. It never sees your password.</p>
 ${form(`/oauth/interaction/${uid}/login`, fields, {}, 'Sign in')}
+${passkeyButton(uid, 'Sign in with a passkey')}
 ${(options.providers ?? []).map((provider) => html`<form method="post" action="/oauth/interaction/${uid}/federated/${provider.name}"><button type="submit" class="secondary">Continue with ${provider.label}</button></form>
 `)}<form method="post" action="/oauth/interaction/${uid}/abort"><button type="submit" class="secondary">Cancel</button></form>`)
   },
@@ -64,7 +115,8 @@ ${(options.providers ?? []).map((provider) => html`<form method="post" action="/
     const hint = methods.includes('recovery_code') ? 'The 6-digit code from your authenticator app, or one of your recovery codes.' : 'The 6-digit code from your authenticator app.'
     const code = field({ name: 'code', label: 'Code', type: 'text', autocomplete: 'one-time-code', hint }, errors, focus)
     return layout(brand, 'Enter your code', html`<p>Your account has a second factor. Enter a code to finish signing in.</p>
-${form(`/oauth/interaction/${uid}/mfa`, [code], { mfa_token: mfaToken }, 'Continue')}`)
+${form(`/oauth/interaction/${uid}/mfa`, [code], { mfa_token: mfaToken }, 'Continue')}
+${methods.includes('passkey') ? passkeyButton(uid, 'Use a passkey instead', mfaToken) : ''}`)
   },
 
   consent(brand: PageBrand, uid: string, clientName: string, scopes: string[], accountEmail: string): Html {

@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
+import Value from 'typebox/value'
 import type { FastifyInstance, FastifyReply, FastifyRequest, preHandlerHookHandler } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { decodeJwt } from 'jose'
@@ -13,6 +14,7 @@ import { logServerError, toAppError } from '../http/errors.ts'
 import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
 import type { Limits } from '../limits/limits.ts'
+import { AssertionCredential } from '../mfa/schemas.ts'
 import type { MfaService } from '../mfa/service.ts'
 import { flowCookieOf, setFlowCookie } from '../oidc/routes.ts'
 import type { OidcService } from '../oidc/service.ts'
@@ -136,10 +138,11 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
       const client = await clients.findForLibrary(String(interaction.params.client_id))
       return { name: (client?.client_name as string | undefined) ?? String(interaction.params.client_id), firstParty: client?.first_party === true }
     }
-    const finish = async (request: FastifyRequest, reply: FastifyReply, result: Record<string, unknown>) => {
-      const to = await (await provider.provider()).interactionResult(request.raw, reply.raw, result, { mergeWithLastSubmission: true })
-      return reply.code(303).header('location', to).send()
-    }
+    /** Where the browser goes on once the interaction has its result (the authorization resumes there). */
+    const resultLocation = async (request: FastifyRequest, reply: FastifyReply, result: Record<string, unknown>) =>
+      (await provider.provider()).interactionResult(request.raw, reply.raw, result, { mergeWithLastSubmission: true })
+    const finish = async (request: FastifyRequest, reply: FastifyReply, result: Record<string, unknown>) =>
+      reply.code(303).header('location', await resultLocation(request, reply, result)).send()
     const form = (request: FastifyRequest): Form => (request.body as Form | undefined) ?? Object.create(null)
 
     pages.get<{ Params: { uid: string } }>('/oauth/interaction/:uid', async (request, reply) => {
@@ -171,19 +174,22 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
     }
 
     /** A login that opened a Portcullis session: the result the library resumes the authorization with. */
-    const signedIn = async (request: FastifyRequest, reply: FastifyReply, interaction: Interaction, body: LoginBody) => {
+    const signedIn = async (request: FastifyRequest, reply: FastifyReply, interaction: Interaction, body: LoginBody) =>
+      finish(request, reply, await signInResult(request, interaction, body))
+
+    const signInResult = async (request: FastifyRequest, interaction: Interaction, body: LoginBody): Promise<Record<string, unknown>> => {
       const claims = decodeJwt(body.access_token) as { sub: string; sid: string; acr: 'aal1' | 'aal2'; amr: string[]; auth_time: number }
       const acrValues = typeof interaction.params.acr_values === 'string' ? interaction.params.acr_values.split(' ') : []
       if (acrValues.includes('aal2') && claims.acr !== 'aal2') {
         // The client asked for a second factor and this account has none: no session for it.
         await lifecycle.endSession(claims.sub, claims.sid, requestContext(request))
-        return finish(request, reply, { error: 'access_denied', error_description: 'this client requires a second factor, and the account has none' })
+        return { error: 'access_denied', error_description: 'this client requires a second factor, and the account has none' }
       }
       await provider.nameSession(claims.sid, (await clientName(interaction)).name)
-      return finish(request, reply, {
+      return {
         login: { accountId: claims.sub, acr: claims.acr, amr: claims.amr, ts: claims.auth_time, remember: true },
         portcullis: { sessionId: claims.sid },
-      })
+      }
     }
 
     const loginFailure = async (reply: FastifyReply, interaction: Interaction, error: unknown, email: string, password?: string) => {
@@ -264,6 +270,45 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
           return send(reply, 401, providerPages.signIn(brand, interaction.uid, name, { message: 'Too many wrong codes, or it took too long. Sign in again.' }))
         }
         throw error
+      }
+    })
+
+    // A passkey, where JavaScript runs (src/pages/provider.ts): a passwordless sign-in from the
+    // sign-in page, or the second step with the mfa_token. JSON answers for the page's script.
+    pages.post<{ Params: { uid: string } }>('/oauth/interaction/:uid/passkey/options', { onRequest: limitByIp(limits, 'login') }, async (request, reply) => {
+      const interaction = await details(request, reply)
+      if (!interaction || interaction.uid !== request.params.uid || interaction.prompt.name !== 'login') return reply.code(400).send({ message: 'This sign-in has expired. Go back to the app and start again.' })
+      const { mfa_token: mfaToken } = form(request)
+      try {
+        return mfaToken ? await mfa.passkeyOptions({ mfaToken }) : await mfa.passkeyLoginOptions()
+      } catch (error) {
+        const appError = toAppError(error)
+        return reply.code(appError.status).send({ message: appError.message })
+      }
+    })
+
+    pages.post<{ Params: { uid: string } }>('/oauth/interaction/:uid/passkey', { onRequest: limitByIp(limits, 'login') }, async (request, reply) => {
+      const interaction = await details(request, reply)
+      if (!interaction || interaction.uid !== request.params.uid || interaction.prompt.name !== 'login') return reply.code(400).send({ message: 'This sign-in has expired. Go back to the app and start again.' })
+      const { mfa_token: mfaToken, challenge_id: challengeId = '', credential = '' } = form(request)
+      try {
+        let parsed: unknown
+        try {
+          parsed = JSON.parse(credential)
+        } catch {
+          parsed = null
+        }
+        // The same shape the API's passkey routes check, before anything reads it.
+        if (!Value.Check(AssertionCredential, parsed)) throw new AppError('INVALID_CREDENTIALS')
+        const body = mfaToken
+          ? (await mfa.verify({ mfa_token: mfaToken, method: 'passkey', credential: parsed as never }, requestContext(request))).body
+          : await mfa.loginWithPasskey({ challenge_id: challengeId, credential: parsed as never }, requestContext(request))
+        return { location: await resultLocation(request, reply, await signInResult(request, interaction, body)) }
+      } catch (error) {
+        const appError = toAppError(error)
+        logServerError(request, appError, error)
+        const messages: Record<string, string> = { INVALID_CREDENTIALS: 'That passkey did not sign you in.', ACCOUNT_DISABLED: 'This account is disabled.', EMAIL_NOT_VERIFIED: 'Confirm your e-mail address first: open the link we mailed you.' }
+        return reply.code(appError.status).send({ message: messages[appError.code] ?? appError.message })
       }
     })
 
