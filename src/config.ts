@@ -99,6 +99,7 @@ function describe(variable: string, schema: unknown): string {
   if (s.type === 'integer') return s.maximum === undefined ? `must be a whole number of at least ${s.minimum}` : `must be a whole number from ${s.minimum} to ${s.maximum}`
   if (s.type === 'boolean') return 'must be true or false'
   if (variable === 'APP_NAME') return 'must be 1 to 60 characters without control characters'
+  if (variable === 'OP_ISSUER') return 'must be an origin with no path (https://id.example.com): the provider serves its discovery documents at the issuer\'s root'
   if (variable.endsWith('_URL') && s.pattern) return `must be a URL matching ${s.pattern}`
   if (s.pattern) return `must match ${s.pattern}`
   return 'is not valid'
@@ -242,6 +243,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
   const keyEncryptionKey = parseKek('KEY_ENCRYPTION_KEY', env.KEY_ENCRYPTION_KEY)
   const oldKeyEncryptionKey = parseKek('OLD_KEY_ENCRYPTION_KEY', env.OLD_KEY_ENCRYPTION_KEY)
 
+  // Dynamic client registration (RFC 7591) is not in this release: saying so beats starting without it.
+  if (env.OP_REGISTRATION !== 'off') throw new ConfigError('OP_REGISTRATION', 'can only be off in this release: clients are registered by operators (admin API or `portcullis clients add`)')
   if (env.APP_NAME.trim() === '') throw new ConfigError('APP_NAME', describe('APP_NAME', EnvSchema.properties.APP_NAME))
 
   const publicUrl = (env.PUBLIC_URL ?? `${tls ? 'https' : 'http'}://localhost:${env.PORT}`).replace(/\/+$/, '')
@@ -298,13 +301,12 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     },
     /**
      * Portcullis as an OpenID provider (src/provider/): its issuer (an origin: the library serves
-     * discovery at the issuer and RFC 8414's path only when it has no path), the life of its
-     * access tokens, and whether dynamic client registration is on (behind an operator's token).
+     * discovery at the issuer and RFC 8414's path only when it has no path) and the life of its
+     * access tokens. OP_REGISTRATION (dynamic registration) is refused above until it is built.
      */
     provider: {
       issuer: (env.OP_ISSUER ?? new URL(publicUrl).origin).replace(/\/+$/, ''),
       accessTokenTtlSeconds: env.OP_ACCESS_TOKEN_TTL,
-      registration: env.OP_REGISTRATION,
     },
     /** The passkey relying party: RP ID, its name, the origins ceremonies may come from. */
     webauthn: relyingParty(env, publicUrl, corsOrigins, env.APP_NAME.trim()),

@@ -211,7 +211,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     keys: infra.keys,
     hmacKey: await sealedSecret(db, sealer, 'op_hmac', clock.now()),
     cookieKey: await sealedSecret(db, sealer, 'op_cookie_key', clock.now()),
-    settings: { ...config.provider, apiResource: config.audience },
+    settings: { issuer: config.provider.issuer, accessTokenTtlSeconds: config.provider.accessTokenTtlSeconds, apiResource: config.audience },
     pages: libraryPages({ appName: config.appName, appUrl: config.appUrl }),
     endSession: (userId, sessionId, context) => lifecycle.endSession(userId, sessionId, context),
     metrics: infra.metrics,

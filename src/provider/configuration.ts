@@ -40,7 +40,6 @@ export interface ConfigurationDeps {
   /** The API a JWT access token is for by default: `{PUBLIC_URL}{BASE_PATH}`. */
   apiResource: string
   accessTokenTtlSeconds: number
-  registration: 'off' | 'initial-access-token'
   findClient: (clientId: string) => Promise<{ first_party?: boolean; pkce_required?: boolean } | undefined>
   findAccount: (accountId: string) => Promise<ProviderAccount | undefined>
   /** The keyed hash of a grant id: the grant reference a JWT access token carries. */
@@ -208,7 +207,8 @@ export function providerConfiguration(deps: ConfigurationDeps): Configuration {
         },
       },
       backchannelLogout: { enabled: true },
-      registration: { enabled: deps.registration === 'initial-access-token', initialAccessToken: true },
+      // Operators register clients (the registry); dynamic registration stays off (config refuses turning it on).
+      registration: { enabled: false },
       resourceIndicators: {
         enabled: true,
         // At the authorization endpoint a request names the API unless it names another resource;

@@ -11,6 +11,7 @@ import { principalOf } from '../http/bearer.ts'
 import { ok } from '../http/schemas.ts'
 import type { Html } from '../html.ts'
 import { logServerError, toAppError } from '../http/errors.ts'
+import { pathOf } from '../http/security.ts'
 import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
 import type { Limits } from '../limits/limits.ts'
@@ -22,7 +23,7 @@ import { LIBRARY_PAGE_CSP, providerPageCsp, providerPages } from '../pages/provi
 import { assertSameSite, parseForm, problemPage, type Form } from '../pages/routes.ts'
 import type { PageBrand } from '../pages/views.ts'
 import type { ClientRegistry } from './clients.ts'
-import { RESOURCE_SCOPES } from './configuration.ts'
+import { RESOURCE_SCOPES, ROUTES } from './configuration.ts'
 import { AppList, AppParams, AppRevoked } from './schemas.ts'
 import { resourceMetadata } from './resource.ts'
 import type { ProviderService } from './service.ts'
@@ -102,7 +103,25 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
   const upstream = () => oidc.providers().providers.filter((entry) => entry.available).map(({ name, label }) => ({ name, label }))
 
   for (const url of LIBRARY_PATHS) {
-    app.route({ method: ['GET', 'POST', 'OPTIONS', 'HEAD'], url, onRequest: async (request, reply) => handOver(provider, request, reply), handler: async () => undefined })
+    app.route({
+      method: ['GET', 'POST', 'OPTIONS', 'HEAD'],
+      url,
+      onRequest: async (request, reply) => {
+        // A device's user code is 8 of 20 letters: guessing is held to the login budget (API.md).
+        if (request.method === 'POST' && pathOf(request) === ROUTES.code_verification) {
+          try {
+            reply.headers(await limits.perIp('login', request.ip))
+          } catch (error) {
+            const appError = toAppError(error)
+            for (const [name, value] of Object.entries(appError.headers)) reply.header(name, value)
+            const { status, page } = problemPage(brand, appError, request.id)
+            return send(reply, status, page)
+          }
+        }
+        return handOver(provider, request, reply)
+      },
+      handler: async () => undefined,
+    })
   }
 
   // Public and the same for everyone: any client may cache it.

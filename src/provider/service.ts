@@ -25,7 +25,6 @@ const delivering = new AsyncLocalStorage<true>()
 export interface ProviderSettings {
   issuer: string
   accessTokenTtlSeconds: number
-  registration: 'off' | 'initial-access-token'
   /** `{PUBLIC_URL}{BASE_PATH}`: the API a JWT access token is for by default. */
   apiResource: string
 }
@@ -123,7 +122,6 @@ export class ProviderService {
       cookieKeys: [this.deps.cookieKey.toString('base64url')],
       apiResource: settings.apiResource,
       accessTokenTtlSeconds: settings.accessTokenTtlSeconds,
-      registration: settings.registration,
       findClient: (clientId) => this.deps.clients.findForLibrary(clientId),
       findAccount: (accountId) => this.findAccount(accountId),
       grantReference: (grantId) => this.grantReference(grantId),

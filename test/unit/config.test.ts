@@ -57,6 +57,14 @@ describe('config', () => {
     assert.throws(() => loadConfig({ WEBAUTHN_ORIGINS: 'not an origin' }), /WEBAUTHN_ORIGINS/)
   })
 
+  test('the OpenID provider: its issuer is PUBLIC_URL\'s origin by default, an issuer with a path is refused, dynamic registration is refused', () => {
+    assert.equal(loadConfig({ PUBLIC_URL: 'https://auth.example.com/base' }).provider.issuer, 'https://auth.example.com')
+    assert.equal(loadConfig({ OP_ISSUER: 'https://id.example.com/' }).provider.issuer, 'https://id.example.com')
+    assert.throws(() => loadConfig({ OP_ISSUER: 'https://id.example.com/tenant' }), /OP_ISSUER must be an origin with no path/)
+    assert.throws(() => loadConfig({ OP_REGISTRATION: 'initial-access-token' }), /OP_REGISTRATION can only be off/)
+    assert.equal(loadConfig({}).provider.accessTokenTtlSeconds, 900)
+  })
+
   test('production refuses plain HTTP, missing SMTP and an http PUBLIC_URL', () => {
     assert.throws(() => loadConfig({ NODE_ENV: 'production', SMTP_URL: 'smtp://relay:25', PUBLIC_URL: 'https://auth.example' }), /TLS_CERT_FILE or TRUST_PROXY/)
     assert.throws(() => loadConfig({ NODE_ENV: 'production', TRUST_PROXY: '10.0.0.1', PUBLIC_URL: 'https://auth.example' }), /SMTP_URL must be set in production/)
