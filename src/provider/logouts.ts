@@ -91,10 +91,13 @@ const deliveries = {
     return Number(row.n)
   },
 
-  /** Retention: the records of deliveries closed before `before`. */
+  /** Retention: the records of deliveries closed before `before`; each condition a range of its own index. */
   async deleteClosed(db: Executor, before: number, limit: number): Promise<number> {
-    const closed = db.selectFrom('op_logout_deliveries').select('id').where((eb) => eb.or([eb('delivered_at', '<', before), eb('failed_at', '<', before)])).limit(limit)
-    return Number((await db.deleteFrom('op_logout_deliveries').where('id', 'in', closed).executeTakeFirst()).numDeletedRows)
+    const delivered = db.selectFrom('op_logout_deliveries').select('id').where('delivered_at', '<', before).limit(limit)
+    const failed = db.selectFrom('op_logout_deliveries').select('id').where('failed_at', '<', before).limit(limit)
+    const first = await db.deleteFrom('op_logout_deliveries').where('id', 'in', delivered).executeTakeFirst()
+    const second = await db.deleteFrom('op_logout_deliveries').where('id', 'in', failed).executeTakeFirst()
+    return Number(first.numDeletedRows) + Number(second.numDeletedRows)
   },
 }
 

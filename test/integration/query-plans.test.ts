@@ -15,7 +15,7 @@ import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.t
 const PLANS_URL = 'http://localhost:4000'
 
 /** The tables that grow with users: a statement may reach them only through an index range. */
-const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed', 'mfa_factors', 'mfa_recovery_codes', 'mfa_challenges'])
+const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed', 'mfa_factors', 'mfa_recovery_codes', 'mfa_challenges', 'op_records', 'op_logout_deliveries'])
 
 /**
  * Drives every operation of the published API (checked against /openapi.json, so a new route that
@@ -167,6 +167,7 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
   await call('POST', `${api}/admin/clients/{client_id}/secret`, { params: { client_id: created.client_id }, token: clientsKey })
   await call('GET', `${api}/auth/me/apps`, { token: second.access_token })
   await call('DELETE', `${api}/auth/me/apps/{client_id}`, { params: { client_id: created.client_id }, token: verified.access_token, status: 404 })
+  await exerciseProvider(t, clientsKey)
   await call('DELETE', `${api}/admin/clients/{client_id}`, { params: { client_id: created.client_id }, token: clientsKey })
 
   // Operations and the background jobs.
@@ -180,6 +181,67 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
   const doc = (await t.app.inject({ method: 'GET', url: '/openapi.json' })).json() as { paths: Record<string, Record<string, unknown>> }
   const operations = Object.entries(doc.paths).flatMap(([path, methods]) => Object.keys(methods).map((method) => `${method} ${path}`))
   assert.deepEqual(operations.filter((operation) => !called.has(operation)), [], 'every operation in /openapi.json was exercised')
+}
+
+/**
+ * Portcullis as an OpenID provider, through inject: a confidential client with a back-channel URI,
+ * a sign-in on the pages, consent, the code exchange, userinfo, a refresh for the API's JWT, a read
+ * with it, introspection, revocation, a device authorization, logout-all (which ends the grant and
+ * queues a logout notice), so that its storage statements are prepared too.
+ */
+async function exerciseProvider(t: TestApp, clientsKey: string): Promise<void> {
+  const jar = new Map<string, string>()
+  const hop = async (method: 'GET' | 'POST', url: string, form?: Record<string, string>, headers: Record<string, string> = {}) => {
+    const target = new URL(url, PLANS_URL)
+    const response = await t.app.inject({
+      method,
+      url: `${target.pathname}${target.search}`,
+      headers: { cookie: [...jar].map(([name, value]) => `${name}=${value}`).join('; '), 'sec-fetch-site': 'same-origin', ...(form ? { 'content-type': 'application/x-www-form-urlencoded' } : {}), ...headers },
+      ...(form ? { payload: new URLSearchParams(form).toString() } : {}),
+    })
+    const cookies = response.headers['set-cookie']
+    for (const cookie of Array.isArray(cookies) ? cookies : cookies ? [cookies] : []) {
+      const [pair] = cookie.split(';')
+      const at = pair!.indexOf('=')
+      jar.set(pair!.slice(0, at), pair!.slice(at + 1))
+    }
+    return response
+  }
+  const created = await t.app.inject({
+    method: 'POST',
+    url: `${t.base}/admin/clients`,
+    headers: { authorization: `Bearer ${clientsKey}`, 'content-type': 'application/json' },
+    payload: JSON.stringify({ name: 'Plans partner', type: 'confidential', redirect_uris: [`${PLANS_URL}/partner/cb`], backchannel_logout_uri: 'http://127.0.0.1:9/logout' }),
+  })
+  assert.equal(created.statusCode, 201, created.body)
+  const { client, client_secret: secret } = created.json().data as { client: { client_id: string }; client_secret: string }
+  const basic = { authorization: `Basic ${Buffer.from(`${client.client_id}:${secret}`).toString('base64')}` }
+  const user = await registerVerifyLogin(t, uniqueEmail('plans-op'))
+  const verifier = randomBytes(32).toString('base64url')
+  const query = new URLSearchParams({ client_id: client.client_id, response_type: 'code', redirect_uri: `${PLANS_URL}/partner/cb`, scope: 'openid email offline_access watchlists:read', prompt: 'consent', state: 's', nonce: 'n', code_challenge: createHash('sha256').update(verifier).digest('base64url'), code_challenge_method: 'S256' })
+  let response = await hop('GET', `/oauth/authorize?${query}`)
+  const interaction = String(response.headers.location)
+  assert.equal((await hop('GET', interaction)).statusCode, 200)
+  response = await hop('POST', `${interaction}/login`, { email: user.email, password: PASSWORD })
+  response = await hop('GET', String(response.headers.location))
+  response = await hop('POST', `${String(response.headers.location)}/consent`, {})
+  response = await hop('GET', String(response.headers.location))
+  const code = new URL(String(response.headers.location)).searchParams.get('code')
+  assert.ok(code, `a code: ${response.statusCode} ${response.headers.location}`)
+  const token = async (form: Record<string, string>) => {
+    const answer = await hop('POST', '/oauth/token', form, basic)
+    assert.equal(answer.statusCode, 200, answer.body)
+    return answer.json() as { access_token: string; refresh_token: string }
+  }
+  const tokens = await token({ grant_type: 'authorization_code', code, redirect_uri: `${PLANS_URL}/partner/cb`, code_verifier: verifier })
+  assert.equal((await hop('GET', '/oauth/userinfo', undefined, { authorization: `Bearer ${tokens.access_token}` })).statusCode, 200)
+  const jwt = await token({ grant_type: 'refresh_token', refresh_token: tokens.refresh_token, resource: `${PLANS_URL}${t.base}` })
+  assert.equal((await t.get('/watchlists', jwt.access_token)).statusCode, 200)
+  assert.equal((await hop('POST', '/oauth/introspect', { token: jwt.access_token }, basic)).json().active, true)
+  assert.equal((await hop('POST', '/oauth/revoke', { token: tokens.access_token }, basic)).statusCode, 200)
+  assert.equal((await hop('POST', '/oauth/device/auth', { client_id: client.client_id, scope: 'openid' }, basic)).statusCode, 400, 'the client did not register the device grant')
+  assert.equal((await t.post('/auth/logout-all', undefined, user.access_token)).statusCode, 200)
+  await t.app.services.provider.logouts.flush()
 }
 
 /** SQLite: a plan line `SCAN <table>` (with or without an index) walks the whole table or index. */

@@ -55,6 +55,8 @@ export async function up(db: Kysely<any>): Promise<void> {
   await db.schema.createIndex('op_records_user_idx').on('op_records').columns(['user_id', 'model']).execute()
   await db.schema.createIndex('op_records_session_idx').on('op_records').column('session_id').execute()
   await db.schema.createIndex('op_records_expires_at_idx').on('op_records').column('expires_at').execute()
+  // Removing a client removes everything it holds.
+  await db.schema.createIndex('op_records_client_idx').on('op_records').column('client_id').execute()
 
   await db.schema
     .createTable('op_logout_deliveries')
@@ -72,7 +74,9 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('failed_at', 'bigint')
     .addColumn('last_error', 'text')
     .execute()
-  await db.schema.createIndex('op_logout_deliveries_due_idx').on('op_logout_deliveries').columns(['next_attempt_at']).execute()
+  // As the mail queue's: what is due (claims and the queued gauge), and the closed records retention deletes.
+  await db.schema.createIndex('op_logout_deliveries_due_idx').on('op_logout_deliveries').columns(['delivered_at', 'failed_at', 'next_attempt_at']).execute()
+  await db.schema.createIndex('op_logout_deliveries_failed_at_idx').on('op_logout_deliveries').column('failed_at').execute()
 }
 
 export async function down(db: Kysely<any>): Promise<void> {
