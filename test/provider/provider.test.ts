@@ -9,6 +9,7 @@ import { ENGINES } from '../helpers/db.ts'
 import { formOf, formsOf, headingOf, OpBrowser, type Page } from '../helpers/op-browser.ts'
 import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.ts'
 import { oathtool } from '../helpers/totp.ts'
+import { rotateSigningKeys } from '../../src/auth/keys.ts'
 import type { ClientCreate } from '../../src/provider/schemas.ts'
 
 /**
@@ -791,6 +792,21 @@ for (const engine of ENGINES) {
       assert.equal(claims.email, undefined, 'email is a userinfo claim with the opaque token')
       const info = await client.fetchUserInfo(config, tokens.access_token, claims.sub)
       assert.equal(info.email, person.email)
+    })
+
+    test('22. a key rotation reaches the provider: new ID tokens carry the new RS256 key, the old one stays published', async () => {
+      const user = await registerVerifyLogin(t)
+      const { clientId } = await register({ name: 'Rotating app' })
+      const config = rp(clientId)
+      const before = decodeProtectedHeader((await grantFor(config, user)).tokens.id_token!).kid
+      const kids = await rotateSigningKeys(t.app.services.db, t.app.services.sealer, t.clock.now())
+      assert.equal(kids.length, 2, 'both families rotate: EdDSA and the provider\'s RS256')
+      await t.app.services.keys.reload()
+      const after = decodeProtectedHeader((await grantFor(config, user)).tokens.id_token!).kid
+      assert.notEqual(after, before)
+      assert.ok(kids.includes(after!), 'signed with the new key')
+      const published = ((await (await fetch(server.jwks_uri!)).json()) as { keys: { kid: string }[] }).keys.map((key) => key.kid)
+      for (const kid of [before, after]) assert.ok(published.includes(kid!), `${kid} is published`)
     })
   })
 }
