@@ -808,5 +808,16 @@ for (const engine of ENGINES) {
       const published = ((await (await fetch(server.jwks_uri!)).json()) as { keys: { kid: string }[] }).keys.map((key) => key.kid)
       for (const kid of [before, after]) assert.ok(published.includes(kid!), `${kid} is published`)
     })
+
+    test('23. a client_credentials token (no user) is refused by the watchlists API; a resource other than the API is invalid_target', async () => {
+      const { clientId, secret } = await register({ name: 'Back office', type: 'confidential', grant_types: ['client_credentials'], redirect_uris: [] })
+      const config = rp(clientId, client.ClientSecretBasic(secret!))
+      const machine = await client.clientCredentialsGrant(config, { resource: api, scope: 'watchlists:read' })
+      assert.equal(decodeJwt(machine.access_token).sub, clientId, 'a token about the client, not a user')
+      const refused = await t.get('/watchlists', machine.access_token)
+      assert.equal(refused.statusCode, 401)
+      assert.equal(refused.json().error.code, 'INVALID_TOKEN')
+      assert.equal((await oauthError(client.clientCredentialsGrant(config, { resource: 'https://elsewhere.example/api' }))).error, 'invalid_target')
+    })
   })
 }
