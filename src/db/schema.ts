@@ -300,7 +300,8 @@ export interface OpLogoutDeliveriesTable {
   next_attempt_at: number
   lease_owner: string | null
   lease_until: number | null
-  delivered_at: number | null
+  /** When the client took it (the queue tables' shared name, src/queue/table.ts). */
+  sent_at: number | null
   failed_at: number | null
   last_error: string | null
 }

@@ -5,9 +5,9 @@ import type { Db } from '../db/index.ts'
 import type { Database, MailKind } from '../db/schema.ts'
 import type { Metrics } from '../http/metrics.ts'
 import type { Logger } from '../logger.ts'
-import { DurableQueue, type DurableQueueNames, type DurableQueueOptions, type DurableStore } from '../queue/durable.ts'
+import { DurableQueue, type DurableQueueNames, type DurableQueueOptions } from '../queue/durable.ts'
 import type { MailMessage, MailTransport } from './index.ts'
-import { openBodies, outbox, sealBodies, sealedUnder, type OutboxRow } from './outbox.ts'
+import { openBodies, outbox, outboxStore, sealBodies, sealedUnder, type OutboxRow } from './outbox.ts'
 
 /**
  * The mail queue's timings (leaseMs from MAIL_LEASE_SECONDS, maxAgeMs from MAIL_MAX_AGE_HOURS);
@@ -48,16 +48,6 @@ const MAIL_NAMES: DurableQueueNames<OutboxRow> = {
   },
 }
 
-/** The durable queue's storage, on mail_outbox; closing a mail either way erases its bodies. */
-function outboxStore(db: Db): DurableStore<OutboxRow> {
-  return {
-    claim: (owner, now, leaseMs, limit) => outbox.claim(db, owner, now, leaseMs, limit),
-    delivered: (id, owner, at) => outbox.close(db.kysely, id, owner, { sent_at: at, last_error: null }),
-    givenUp: (id, owner, at, error) => outbox.close(db.kysely, id, owner, { failed_at: at, last_error: error }),
-    retryAt: (id, owner, at, error) => outbox.retryAt(db.kysely, id, owner, at, error),
-    pending: () => outbox.pending(db.kysely),
-  }
-}
 
 /**
  * Durable mail, on the shared durable queue (src/queue/durable.ts). A mail is written to the

@@ -6,7 +6,8 @@ import type { Db } from '../db/index.ts'
 import type { Database, OpLogoutDeliveriesTable } from '../db/schema.ts'
 import type { Metrics } from '../http/metrics.ts'
 import type { Logger } from '../logger.ts'
-import { DurableQueue, type DurableQueueNames, type DurableQueueOptions, type DurableStore } from '../queue/durable.ts'
+import { DurableQueue, type DurableQueueNames, type DurableQueueOptions } from '../queue/durable.ts'
+import { queueTable } from '../queue/table.ts'
 import { records } from './store.ts'
 
 type Executor = Kysely<Database>
@@ -52,66 +53,12 @@ const deliveries = {
       .values(notices.map((notice) => ({ id: randomUUID(), client_id: notice.clientId, subject: notice.subject, sid: notice.sid, created_at: at, next_attempt_at: at })))
       .execute()
   },
-
-  /** The mail queue's claim (src/mail/outbox.ts) on this table. */
-  async claim(db: Db, owner: string, now: number, leaseMs: number, limit: number): Promise<LogoutRow[]> {
-    let due = db.kysely
-      .selectFrom('op_logout_deliveries')
-      .select('id')
-      .where('delivered_at', 'is', null)
-      .where('failed_at', 'is', null)
-      .where('next_attempt_at', '<=', now)
-      .where((eb) => eb.or([eb('lease_until', 'is', null), eb('lease_until', '<', now)]))
-      .orderBy('next_attempt_at')
-      .limit(limit)
-    if (db.engine === 'postgres') due = due.forUpdate().skipLocked()
-    return db.kysely
-      .updateTable('op_logout_deliveries')
-      .set((eb) => ({ lease_owner: owner, lease_until: now + leaseMs, attempts: eb('attempts', '+', 1) }))
-      .where('id', 'in', due)
-      .returningAll()
-      .execute()
-  },
-
-  async close(db: Executor, id: string, owner: string, outcome: { delivered_at: number; last_error: null } | { failed_at: number; last_error: string }): Promise<void> {
-    await db.updateTable('op_logout_deliveries').set({ ...outcome, lease_until: null }).where('id', '=', id).where('lease_owner', '=', owner).execute()
-  },
-
-  async retryAt(db: Executor, id: string, owner: string, at: number, error: string): Promise<void> {
-    await db.updateTable('op_logout_deliveries').set({ next_attempt_at: at, lease_until: null, last_error: error }).where('id', '=', id).where('lease_owner', '=', owner).execute()
-  },
-
-  async pending(db: Executor): Promise<number> {
-    const row = await db
-      .selectFrom('op_logout_deliveries')
-      .select((eb) => eb.fn.countAll<string | number>().as('n'))
-      .where('delivered_at', 'is', null)
-      .where('failed_at', 'is', null)
-      .executeTakeFirstOrThrow()
-    return Number(row.n)
-  },
-
-  /** Retention: the records of deliveries closed before `before`; each condition a range of its own index. */
-  async deleteClosed(db: Executor, before: number, limit: number): Promise<number> {
-    const delivered = db.selectFrom('op_logout_deliveries').select('id').where('delivered_at', '<', before).limit(limit)
-    const failed = db.selectFrom('op_logout_deliveries').select('id').where('failed_at', '<', before).limit(limit)
-    const first = await db.deleteFrom('op_logout_deliveries').where('id', 'in', delivered).executeTakeFirst()
-    const second = await db.deleteFrom('op_logout_deliveries').where('id', 'in', failed).executeTakeFirst()
-    return Number(first.numDeletedRows) + Number(second.numDeletedRows)
-  },
 }
 
-export const pruneLogoutDeliveries = deliveries.deleteClosed
+/** Leasing, closing, retrying, counting and retention: the durable queues' shared table calls. */
+const logoutTable = queueTable<LogoutRow>('op_logout_deliveries')
 
-function storeOn(db: Db): DurableStore<LogoutRow> {
-  return {
-    claim: (owner, now, leaseMs, limit) => deliveries.claim(db, owner, now, leaseMs, limit),
-    delivered: (id, owner, at) => deliveries.close(db.kysely, id, owner, { delivered_at: at, last_error: null }),
-    givenUp: (id, owner, at, error) => deliveries.close(db.kysely, id, owner, { failed_at: at, last_error: error }),
-    retryAt: (id, owner, at, error) => deliveries.retryAt(db.kysely, id, owner, at, error),
-    pending: () => deliveries.pending(db.kysely),
-  }
-}
+export const pruneLogoutDeliveries = logoutTable.deleteClosed
 
 /**
  * Back-Channel Logout through a durable queue (API.md, Logout): a notice is written in the
@@ -123,7 +70,7 @@ export class BackchannelLogouts {
 
   constructor(db: Db, clock: Clock, logger: Logger, metrics: Metrics, deliver: (row: LogoutRow) => Promise<void>, options: Partial<DurableQueueOptions> = {}) {
     this.queue = new DurableQueue({
-      store: storeOn(db),
+      store: logoutTable.store(db),
       deliver,
       // Every failure may pass (a receiver restarting, a 5xx); the age limit ends the tries.
       isPermanent: () => false,

@@ -70,12 +70,12 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('next_attempt_at', 'bigint', (c) => c.notNull())
     .addColumn('lease_owner', 'text')
     .addColumn('lease_until', 'bigint')
-    .addColumn('delivered_at', 'bigint')
+    .addColumn('sent_at', 'bigint')
     .addColumn('failed_at', 'bigint')
     .addColumn('last_error', 'text')
     .execute()
   // As the mail queue's: what is due (claims and the queued gauge), and the closed records retention deletes.
-  await db.schema.createIndex('op_logout_deliveries_due_idx').on('op_logout_deliveries').columns(['delivered_at', 'failed_at', 'next_attempt_at']).execute()
+  await db.schema.createIndex('op_logout_deliveries_due_idx').on('op_logout_deliveries').columns(['sent_at', 'failed_at', 'next_attempt_at']).execute()
   await db.schema.createIndex('op_logout_deliveries_failed_at_idx').on('op_logout_deliveries').column('failed_at').execute()
 }
 
