@@ -101,7 +101,7 @@ export const providerPages = {
       field({ name: 'email', label: 'E-mail address', type: 'email', autocomplete: 'username', ...(options.email ? { value: options.email } : {}) }, errors, focus),
       field({ name: 'password', label: 'Password', type: 'password', autocomplete: 'current-password' }, errors, focus),
     ]
-    return layout(brand, `Sign in to continue to ${clientName}`, html`${options.message ? html`<p class="error" role="alert">${options.message}</p>` : ''}
+    return layout(brand, `Sign in to continue to ${clientName}`, html`${options.message ? html`<p class="error alert" role="alert" tabindex="-1" autofocus>${options.message}</p>` : ''}
 <p>${clientName} uses your ${brand.appName} account. It never sees your password.</p>
 ${form(`/oauth/interaction/${uid}/login`, fields, {}, 'Sign in')}
 ${passkeyButton(uid, 'Sign in with a passkey')}
