@@ -6,7 +6,8 @@ import type { Logger } from './logger.ts'
 import { outbox } from './mail/outbox.ts'
 import { MAIL_RECORD_KEEP_MS } from './mail/queue.ts'
 import { ceremonies, challenges } from './mfa/store.ts'
-import { flows, loginCodes } from './oidc/store.ts'
+import { deleteExpiredLoginCodes } from './auth/login-codes.ts'
+import { flows } from './oidc/store.ts'
 import { pruneLogoutDeliveries } from './provider/logouts.ts'
 import { records } from './provider/store.ts'
 
@@ -109,7 +110,8 @@ export class Retention {
       // Every kind of one-time secret: mailed tokens, mfa_tokens, passkey challenges, provider flows and login codes.
       oneTimeTokens: await this.drain(async (limit) => {
         let deleted = 0
-        for (const table of [oneTimeTokens, challenges, ceremonies, flows, loginCodes]) deleted += await table.deleteExpired(kysely, ended, limit)
+        for (const table of [oneTimeTokens, challenges, ceremonies, flows]) deleted += await table.deleteExpired(kysely, ended, limit)
+        deleted += await deleteExpiredLoginCodes(kysely, ended, limit)
         return deleted
       }),
       mail: await this.drain((limit) => outbox.deleteClosed(kysely, now - MAIL_RECORD_KEEP_MS, limit)),

@@ -12,6 +12,7 @@ import { AdminService } from './admin/service.ts'
 import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
 import { SessionGate } from './auth/revocation.ts'
 import { SessionOpener } from './auth/sessions.ts'
+import { endPendingLoginCodes, LoginCodes } from './auth/login-codes.ts'
 import { AccountSignOut } from './auth/sign-out.ts'
 import { SecretHasher } from './mfa/codes.ts'
 import { endPendingMfaProofs, MfaService } from './mfa/service.ts'
@@ -49,7 +50,7 @@ import { WatchlistService } from './watchlists/service.ts'
  * (src/auth/sign-out.ts). The CLI uses it too.
  */
 export function accountSignOut(clock: Clock): AccountSignOut {
-  return new AccountSignOut(clock, [endPendingMfaProofs, endPendingOidcProofs, endProviderGrants], [endProviderSessions])
+  return new AccountSignOut(clock, [endPendingLoginCodes, endPendingMfaProofs, endPendingOidcProofs, endProviderGrants], [endProviderSessions])
 }
 
 /** Everything a test (or another embedding) may replace. */
@@ -189,10 +190,13 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const cursors = new CursorCodec(await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now()))
   const watchlists = new WatchlistService(db, clock, cursors)
   const audit = new AuditLog(db)
+  // The one-time login code a sign-in ending in the browser hands to the application (providers, e-mailed links).
+  const loginCodes = new LoginCodes(clock, await sealedSecret(db, sealer, 'login_code_hmac', clock.now()))
   const oidc = new OidcService({
     db, clock, sealer, sessions, logger, auth,
     providers: infra.identityProviders,
     hmacKey: await sealedSecret(db, sealer, 'oidc_hmac', clock.now()),
+    loginCodes,
     secondFactor: mfa,
     hasPasskey: (userId, trx) => mfa.hasPasskey(userId, trx),
     mailQueue, brand,

@@ -19,6 +19,7 @@ import * as m0011 from './migrations/0011_passkeys.ts'
 import * as m0012 from './migrations/0012_identities.ts'
 import * as m0013 from './migrations/0013_sign_in_bindings.ts'
 import * as m0014 from './migrations/0014_provider.ts'
+import * as m0015 from './migrations/0015_login_codes.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -205,6 +206,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0012_identities': m0012,
     '0013_sign_in_bindings': m0013,
     '0014_provider': m0014,
+    '0015_login_codes': m0015,
   }
 }
 

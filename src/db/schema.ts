@@ -239,16 +239,18 @@ export interface OidcFlowsTable {
   used_at: number | null
 }
 
-export interface OidcLoginCodesTable {
+/** The one-time login codes a sign-in ending in the browser hands to the application (migration 0015). */
+export interface LoginCodesTable {
   /** HMAC-SHA256 of the one-time login code. */
   code_hash: string
   user_id: string
-  provider: string
-  /** The account's credential_epoch when the callback chose the account. */
+  /** What issued it: `oidc:{provider}`, `email`. */
+  source: string
+  /** The account's credential_epoch when the sign-in chose the account. */
   credential_epoch: number
-  /** The flow's S256 code_challenge: the exchange must send its verifier. */
+  /** The application's S256 code_challenge: the exchange must send its verifier. */
   code_challenge: string | null
-  /** A flow without a challenge: the starting browser's cookie hash, which the exchange must present. */
+  /** Without a challenge: the starting browser's cookie hash, which the exchange must present. */
   browser_hash: string | null
   created_at: number
   expires_at: number
@@ -324,7 +326,7 @@ export interface Database {
   webauthn_challenges: WebauthnChallengesTable
   user_identities: UserIdentitiesTable
   oidc_flows: OidcFlowsTable
-  oidc_login_codes: OidcLoginCodesTable
+  login_codes: LoginCodesTable
   op_clients: OpClientsTable
   op_records: OpRecordsTable
   op_logout_deliveries: OpLogoutDeliveriesTable

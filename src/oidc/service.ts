@@ -1,4 +1,4 @@
-import { createHash, createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto'
+import { createHmac, randomBytes, randomUUID } from 'node:crypto'
 import { jwtVerify } from 'jose'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
 import { normaliseEmail } from '../auth/input.ts'
@@ -15,16 +15,13 @@ import type { MailQueue } from '../mail/queue.ts'
 import { identityLinkedMail, type MailBrand } from '../mail/templates.ts'
 import { isUuid } from '../text.ts'
 import { openidClient, type OidcProviders, type Provider } from './providers.ts'
-import { flows, identities, loginCodes, type FlowRow, type IdentityRow, type UsedLoginCode } from './store.ts'
+import type { LoginCodes } from '../auth/login-codes.ts'
+import { flows, identities, type FlowRow, type IdentityRow } from './store.ts'
 
 /** A flow's life between start and callback (API.md). */
 export const FLOW_TTL_MS = 10 * 60_000
-/** A login code's life between callback and exchange (API.md). */
-export const LOGIN_CODE_TTL_MS = 60_000
 /** A sign-in through a provider: the provider vouched, nothing more (API.md, Tokens). */
 const FEDERATED: SignIn = { amr: ['fed'], acr: 'aal1' }
-/** RFC 7636 §4.1: a code_verifier is 43-128 characters of this alphabet. */
-const CODE_VERIFIER = /^[A-Za-z0-9._~-]{43,128}$/
 
 /** The `error` values a callback sends the browser back with (API.md). */
 export type CallbackError =
@@ -52,8 +49,10 @@ export interface OidcDeps {
   db: Db
   clock: Clock
   sealer: KeySealer
-  /** HMAC key for states, browser cookies and login codes (sealed in the database like the others). */
+  /** HMAC key for states and browser cookies (sealed in the database like the others). */
   hmacKey: Buffer
+  /** The one-time login code handed to the application (src/auth/login-codes.ts). */
+  loginCodes: LoginCodes
   providers: OidcProviders
   auth: Pick<AuthService, 'registerFederated'>
   sessions: SessionOpener
@@ -79,13 +78,6 @@ function view(row: IdentityRow): IdentityView {
 /** Verified means true, or the string "true" (Apple sends strings). */
 function claimsVerified(value: unknown): boolean {
   return value === true || value === 'true'
-}
-
-/** Equal strings, compared in constant time. */
-function same(a: string, b: string): boolean {
-  const left = Buffer.from(a)
-  const right = Buffer.from(b)
-  return left.length === right.length && timingSafeEqual(left, right)
 }
 
 /** What the application asked of the login code at start: an RFC 7636 S256 challenge, or nothing. */
@@ -248,21 +240,15 @@ export class OidcService {
         return { redirect: withParams(flow.redirect_to, { linked: name }) }
       }
       const user = await this.signInUser(provider, claims, context)
-      const code = randomBytes(32).toString('base64url')
-      const now = this.deps.clock.now()
-      await loginCodes.insert(this.db, {
-        code_hash: this.mac('oidc_login_code', code),
-        user_id: user.id,
-        provider: name,
-        // The epoch the account was chosen under: a reset, logout-all or disable after this moves
-        // it, and the code can then open no session (src/auth/sessions.ts).
-        credential_epoch: user.credential_epoch,
-        // Whoever started the flow, and only they, can exchange the code (login CSRF): by the
-        // application's verifier when it sent a challenge, else by this browser's cookie.
-        code_challenge: flow.code_challenge,
-        browser_hash: flow.code_challenge === null ? flow.browser_hash : null,
-        created_at: now,
-        expires_at: now + LOGIN_CODE_TTL_MS,
+      // The epoch the account was chosen under: a reset, logout-all or disable after this moves it,
+      // and the code can then open no session. Whoever started the flow, and only they, can
+      // exchange it (login CSRF): by the application's verifier when it sent a challenge, else by
+      // this browser's cookie.
+      const code = await this.deps.loginCodes.issue(this.db, {
+        userId: user.id,
+        source: `oidc:${name}`,
+        credentialEpoch: user.credential_epoch,
+        binding: flow.code_challenge !== null ? { codeChallenge: flow.code_challenge } : { browserHash: flow.browser_hash },
       })
       return { redirect: withParams(flow.redirect_to, { code }) }
     } catch (error) {
@@ -409,12 +395,17 @@ export class OidcService {
    * as after a password, the provider counting as the first step.
    */
   async exchange(request: ExchangeRequest, transport: 'body' | 'cookie', context: RequestContext): Promise<LoginBody> {
-    const used = await loginCodes.consume(this.db, this.mac('oidc_login_code', request.code), this.deps.clock.now())
-    if (!used) throw new AppError('INVALID_CREDENTIALS')
-    if (!this.proves(used, request)) {
-      await recordEvent(this.db, this.deps.clock, { type: 'oidc.refused', userId: used.user_id, reason: `${used.provider}: login_code_proof`, context })
+    const redeemed = await this.deps.loginCodes.redeem(this.db, {
+      code: request.code,
+      codeVerifier: request.codeVerifier,
+      browserHash: request.browser === undefined ? null : this.mac('oidc_browser', request.browser),
+    })
+    if (!redeemed) throw new AppError('INVALID_CREDENTIALS')
+    if ('refused' in redeemed) {
+      await recordEvent(this.db, this.deps.clock, { type: 'oidc.refused', userId: redeemed.refused.user_id, reason: `${redeemed.refused.source.replace(/^oidc:/, '')}: login_code_proof`, context })
       throw new AppError('INVALID_CREDENTIALS')
     }
+    const used = redeemed
     const user = await users.findById(this.db, used.user_id)
     // Its sessions ended after the callback (or while it ran): the code died with them.
     if (!user || user.credential_epoch !== used.credential_epoch) throw new AppError('INVALID_CREDENTIALS')
@@ -422,19 +413,7 @@ export class OidcService {
     const subject = { id: user.id, credential_epoch: used.credential_epoch }
     const methods = await this.deps.secondFactor.requiredMethods(user.id)
     if (methods) throw await this.deps.secondFactor.challenge(subject, methods, FEDERATED, transport, context)
-    return this.deps.sessions.open(subject, FEDERATED, context, { audit: { type: 'login.succeeded', reason: `oidc:${used.provider}` } })
-  }
-
-  /**
-   * The proof the flow's start asked for, and no other: a verifier whose S256 is the challenge, or,
-   * for a flow started without one, the starting browser's cookie and no verifier.
-   */
-  private proves(used: UsedLoginCode, request: ExchangeRequest): boolean {
-    if (used.code_challenge !== null) {
-      const verifier = request.codeVerifier
-      return verifier !== undefined && CODE_VERIFIER.test(verifier) && same(createHash('sha256').update(verifier).digest('base64url'), used.code_challenge)
-    }
-    return request.codeVerifier === undefined && request.browser !== undefined && used.browser_hash !== null && same(this.mac('oidc_browser', request.browser), used.browser_hash)
+    return this.deps.sessions.open(subject, FEDERATED, context, { audit: { type: 'login.succeeded', reason: used.source } })
   }
 
   /** Whether the account has a linked identity, read in the caller's transaction (a way in, for LAST_SIGN_IN_METHOD). */
@@ -478,11 +457,10 @@ function withParams(url: string, params: Record<string, string>): string {
 }
 
 /**
- * The account's sessions end (src/auth/sign-out.ts): its login codes die (an exchange then answers
- * as for an unknown code), and its link flows are cut from their sessions, so their callbacks
- * answer `error=access_denied` at redirect_to.
+ * The account's sessions end (src/auth/sign-out.ts): its link flows are cut from their sessions, so
+ * their callbacks answer `error=access_denied` at redirect_to (its login codes end with the shared
+ * piece's, src/auth/login-codes.ts).
  */
 export async function endPendingOidcProofs(trx: Db['kysely'], userId: string): Promise<void> {
-  await loginCodes.deleteAllOf(trx, userId)
   await flows.endLinksOf(trx, userId)
 }

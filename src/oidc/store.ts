@@ -1,13 +1,10 @@
 import type { Kysely, Selectable } from 'kysely'
-import type { Database, OidcFlowsTable, OidcLoginCodesTable, UserIdentitiesTable } from '../db/schema.ts'
+import type { Database, OidcFlowsTable, UserIdentitiesTable } from '../db/schema.ts'
 
-/** The identity-provider module's storage calls (tables user_identities, oidc_flows, oidc_login_codes). */
+/** The identity-provider module's storage calls (tables user_identities, oidc_flows). */
 type Executor = Kysely<Database>
 export type IdentityRow = Selectable<UserIdentitiesTable>
 export type FlowRow = Selectable<OidcFlowsTable>
-export type LoginCodeRow = Selectable<OidcLoginCodesTable>
-/** What a used login code answers: the account and epoch it was made for, and the proof its exchange owes. */
-export type UsedLoginCode = Pick<LoginCodeRow, 'user_id' | 'provider' | 'credential_epoch' | 'code_challenge' | 'browser_hash'>
 
 export const identities = {
   async find(db: Executor, provider: string, subject: string): Promise<IdentityRow | null> {
@@ -74,36 +71,5 @@ export const flows = {
   async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {
     const expired = db.selectFrom('oidc_flows').select('state_hash').where('expires_at', '<', before).limit(limit)
     return Number((await db.deleteFrom('oidc_flows').where('state_hash', 'in', expired).executeTakeFirst()).numDeletedRows)
-  },
-}
-
-export const loginCodes = {
-  async insert(db: Executor, row: Omit<LoginCodeRow, 'used_at'>): Promise<void> {
-    await db.insertInto('oidc_login_codes').values({ ...row, used_at: null }).execute()
-  },
-
-  /**
-   * Uses a code up, if it is live, in one conditional statement: of two exchanges at once exactly
-   * one gets it, and it is spent before its proof is judged, so a wrong proof leaves it dead.
-   */
-  async consume(db: Executor, hash: string, now: number): Promise<UsedLoginCode | null> {
-    const used = await db
-      .updateTable('oidc_login_codes')
-      .set({ used_at: now })
-      .where('code_hash', '=', hash)
-      .where('used_at', 'is', null)
-      .where('expires_at', '>', now)
-      .returning(['user_id', 'provider', 'credential_epoch', 'code_challenge', 'browser_hash'])
-      .executeTakeFirst()
-    return used ?? null
-  },
-
-  async deleteAllOf(db: Executor, userId: string): Promise<void> {
-    await db.deleteFrom('oidc_login_codes').where('user_id', '=', userId).execute()
-  },
-
-  async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {
-    const expired = db.selectFrom('oidc_login_codes').select('code_hash').where('expires_at', '<', before).limit(limit)
-    return Number((await db.deleteFrom('oidc_login_codes').where('code_hash', 'in', expired).executeTakeFirst()).numDeletedRows)
   },
 }

@@ -228,7 +228,7 @@ for (const engine of ENGINES) {
           for (const secret of secrets) assert.ok(!raw.includes(secret.value), `${secret.what} in the clear in the SQLite file or its WAL`)
         }
         const dump = await everyValue(t)
-        assert.ok(dump.has('oidc_flows') && dump.has('oidc_login_codes') && dump.has('user_identities') && dump.has('webauthn_challenges'))
+        assert.ok(dump.has('oidc_flows') && dump.has('login_codes') && dump.has('user_identities') && dump.has('webauthn_challenges'))
         for (const [table, text] of dump) for (const secret of secrets) assert.ok(!text.includes(secret.value), `${secret.what} in the clear in ${table}`)
         const logged = lines.join('')
         assert.match(logged, /identity provider sign-in refused/, 'the log was captured, the refusal included')
