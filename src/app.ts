@@ -15,6 +15,7 @@ import { lazySerializers } from './http/serialization.ts'
 import { installValidation } from './http/validation.ts'
 import { HandlersInFlight } from './http/in-flight.ts'
 import { lazyRequestLogger, logDestination, REDACT_PATHS, requestLineLogger, serializeError } from './logger.ts'
+import { emailPageRoutes, publicEmailRoutes } from './email/routes.ts'
 import { protectedMfaRoutes, publicMfaRoutes, recentSecondFactor } from './mfa/routes.ts'
 import { protectedOidcRoutes, publicOidcRoutes } from './oidc/routes.ts'
 import { pageRoutes } from './pages/routes.ts'
@@ -146,7 +147,13 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     nativeTls: config.tls !== undefined,
     corsOrigins: config.corsOrigins,
     // The cookie routes, and linking an identity provider (its answer sets the flow's cookie).
-    credentialPaths: [...cookies.routes(), ...config.oidc.providers.map((p) => `${config.basePath}/auth/oidc/${p.name}/link`)],
+    credentialPaths: [
+      ...cookies.routes(),
+      ...config.oidc.providers.map((p) => `${config.basePath}/auth/oidc/${p.name}/link`),
+      // The e-mailed sign-in's start sets the cookie its link and exchange are bound to.
+      `${config.basePath}/auth/email/start`,
+      `${config.basePath}/auth/email/exchange`,
+    ],
   })
   installValidation(app)
   installErrorHandling(app)
@@ -163,6 +170,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   await app.register(opsRoutes, { db, keys, metrics, readiness })
   // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
   await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand, ownOrigin: new URL(config.publicUrl).origin })
+  // The e-mailed sign-in link's page, beside them (src/email/).
+  await app.register(emailPageRoutes, { email: services.email, limits, brand, ownOrigin: new URL(config.publicUrl).origin })
   // Portcullis as an OpenID provider: the library's endpoints under /oauth/, and its pages (src/provider/).
   await app.register(providerRoutes, {
     provider: services.provider, clients: services.clients, auth, mfa, lifecycle, limits, hasher, brand,
@@ -180,6 +189,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
         await publicMfaRoutes(open, mfa, limits, cookies, auth)
         // Sign-in with an identity provider (src/oidc/).
         await publicOidcRoutes(open, oidc, limits, cookies, oidcRoutes)
+        // Sign-in with an e-mailed code or link (src/email/).
+        await publicEmailRoutes(open, services.email, limits, cookies, { secure: secureCookies })
       })
       await api.register(async (scope) => {
         advertiseResourceMetadata(scope, metadataUrl)

@@ -48,6 +48,7 @@ const EnvSchema = Type.Object({
   WEBAUTHN_ORIGINS: Type.Optional(Type.String({ minLength: 1 })),
   OIDC_PROVIDERS: Type.Optional(Type.String({ minLength: 1, maxLength: 400 })),
   OIDC_REDIRECT_ORIGINS: Type.Optional(Type.String({ minLength: 1 })),
+  EMAIL_SIGNUP: Type.Boolean({ default: false }),
   OP_ISSUER: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+/?$' })),
   OP_ACCESS_TOKEN_TTL: Type.Integer({ minimum: 60, maximum: 86_400, default: 900 }),
   OP_REGISTRATION: Type.Union([Type.Literal('off'), Type.Literal('initial-access-token')], { default: 'off' }),
@@ -110,7 +111,7 @@ function parseEnv(source: Record<string, string | undefined>): Env {
   for (const key of Object.keys(EnvSchema.properties)) {
     const value = source[key]
     if (value === undefined || value === '') continue
-    if (key === 'REQUIRE_EMAIL_VERIFICATION') {
+    if (key === 'REQUIRE_EMAIL_VERIFICATION' || key === 'EMAIL_SIGNUP') {
       // Only the two spellings; "yes", "0" or a typo must not silently mean either.
       raw[key] = value === 'true' ? true : value === 'false' ? false : value
     } else if ((EnvSchema.properties[key as keyof typeof EnvSchema.properties] as { type?: string }).type === 'integer') {
@@ -273,6 +274,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     mailFrom: env.MAIL_FROM,
     redisUrl: env.REDIS_URL,
     requireEmailVerification: env.REQUIRE_EMAIL_VERIFICATION,
+    /** EMAIL_SIGNUP: the first e-mailed sign-in of an unknown address makes a verified account without a password. */
+    emailSignup: env.EMAIL_SIGNUP,
     publicUrl,
     tls,
     trustProxy,

@@ -7,6 +7,7 @@ import { outbox } from './mail/outbox.ts'
 import { MAIL_RECORD_KEEP_MS } from './mail/queue.ts'
 import { ceremonies, challenges } from './mfa/store.ts'
 import { deleteExpiredLoginCodes } from './auth/login-codes.ts'
+import { signIns } from './email/store.ts'
 import { flows } from './oidc/store.ts'
 import { pruneLogoutDeliveries } from './provider/logouts.ts'
 import { records } from './provider/store.ts'
@@ -107,11 +108,12 @@ export class Retention {
     const ended = now - RETENTION_GRACE_MS
     const deleted: RetentionPass = {
       sessions: await this.drain((limit) => sessions.deleteEnded(kysely, ended, limit)),
-      // Every kind of one-time secret: mailed tokens, mfa_tokens, passkey challenges, provider flows and login codes.
+      // Every kind of one-time secret: mailed tokens, mfa_tokens, passkey challenges, provider flows, login codes, e-mailed sign-ins.
       oneTimeTokens: await this.drain(async (limit) => {
         let deleted = 0
         for (const table of [oneTimeTokens, challenges, ceremonies, flows]) deleted += await table.deleteExpired(kysely, ended, limit)
         deleted += await deleteExpiredLoginCodes(kysely, ended, limit)
+        deleted += await signIns.deleteExpired(kysely, ended, limit)
         return deleted
       }),
       mail: await this.drain((limit) => outbox.deleteClosed(kysely, now - MAIL_RECORD_KEEP_MS, limit)),

@@ -14,6 +14,7 @@ import { SessionGate } from './auth/revocation.ts'
 import { SessionOpener } from './auth/sessions.ts'
 import { endPendingLoginCodes, LoginCodes } from './auth/login-codes.ts'
 import { AccountSignOut } from './auth/sign-out.ts'
+import { EmailSignIn, endPendingEmailSignIns } from './email/service.ts'
 import { SecretHasher } from './mfa/codes.ts'
 import { endPendingMfaProofs, MfaService } from './mfa/service.ts'
 import { RelyingParty } from './mfa/webauthn.ts'
@@ -50,7 +51,7 @@ import { WatchlistService } from './watchlists/service.ts'
  * (src/auth/sign-out.ts). The CLI uses it too.
  */
 export function accountSignOut(clock: Clock): AccountSignOut {
-  return new AccountSignOut(clock, [endPendingLoginCodes, endPendingMfaProofs, endPendingOidcProofs, endProviderGrants], [endProviderSessions])
+  return new AccountSignOut(clock, [endPendingLoginCodes, endPendingEmailSignIns, endPendingMfaProofs, endPendingOidcProofs, endProviderGrants], [endProviderSessions])
 }
 
 /** Everything a test (or another embedding) may replace. */
@@ -81,6 +82,8 @@ export interface AppServices {
   auth: AuthService
   mfa: MfaService
   oidc: OidcService
+  /** Sign-in with an e-mailed code or link (src/email/). */
+  email: EmailSignIn
   lifecycle: LifecycleService
   accounts: AccountService
   dataRights: DataRights
@@ -208,6 +211,20 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const signOut = accountSignOut(clock)
   const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, signOut, resetPasswordUrl: config.resetPasswordUrl })
   const accounts = new AccountService(db, clock, signOut, (changes) => feed.applyLocally(changes))
+  const email = new EmailSignIn({
+    db, clock, sealer, limits, mailQueue, background, brand, sessions, loginCodes, signOut,
+    hmacKey: await sealedSecret(db, sealer, 'email_hmac', clock.now()),
+    secondFactor: mfa,
+    applyLocally: (changes) => feed.applyLocally(changes),
+    registerWithoutPassword: (address, context) => auth.registerFederated({ email: address, fullName: '' }, context, async () => {}, 'email_sign_in'),
+    removeUnprovenAdditions: async (trx, userId) => {
+      await mfa.removeAllFor(trx, userId)
+      await oidc.unlinkAllFor(trx, userId)
+    },
+    linkBase: `${config.publicUrl}/sign-in/email?token=`,
+    redirectOrigins: config.oidc.redirectOrigins,
+    signup: config.emailSignup,
+  })
   const clients = new ClientRegistry({ db, clock, sealer })
   const resourceTokens = new ResourceTokens({ db, keys: infra.keys, gate, clock, sessions, issuer: config.provider.issuer, resource: config.audience })
   const provider = new ProviderService({
@@ -225,7 +242,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc, apps: provider })
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider)
-  return { tokens, auth, mfa, oidc, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
+  return { tokens, auth, mfa, oidc, email, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {

@@ -164,12 +164,13 @@ export class AuthService {
   }
 
   /**
-   * An account made by an identity provider's sign-in (API.md, OpenID Connect): the provider's
-   * verified address, verified here too, and no password (forgot-password can give it one).
+   * An account made by an identity provider's sign-in (API.md, OpenID Connect), or by the first
+   * e-mailed sign-in of an address (`reason` email_sign_in): the proven address, verified here too,
+   * and no password (forgot-password can give it one).
    * `alsoInTransaction` links the identity in the same transaction. EMAIL_EXISTS if the address
    * was taken meanwhile.
    */
-  async registerFederated(input: { email: string; fullName: string }, context: RequestContext, alsoInTransaction: (trx: Db['kysely'], user: UserRow) => Promise<void>): Promise<UserRow> {
+  async registerFederated(input: { email: string; fullName: string }, context: RequestContext, alsoInTransaction: (trx: Db['kysely'], user: UserRow) => Promise<void>, reason = 'identity_provider'): Promise<UserRow> {
     const email = normaliseEmail(input.email)
     if (emailProblem(email)) throw new AppError('VALIDATION_ERROR', { details: [{ field: 'email', message: emailProblem(email)! }] })
     const fullName = normaliseFullName(input.fullName)
@@ -180,7 +181,7 @@ export class AuthService {
     try {
       await this.db.transaction().execute(async (trx) => {
         await users.insert(trx, row)
-        await recordEvent(trx, this.deps.clock, { type: 'account.registered', userId: row.id, reason: 'identity_provider', context })
+        await recordEvent(trx, this.deps.clock, { type: 'account.registered', userId: row.id, reason, context })
         await alsoInTransaction(trx, row)
       })
     } catch (error) {

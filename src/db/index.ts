@@ -20,6 +20,7 @@ import * as m0012 from './migrations/0012_identities.ts'
 import * as m0013 from './migrations/0013_sign_in_bindings.ts'
 import * as m0014 from './migrations/0014_provider.ts'
 import * as m0015 from './migrations/0015_login_codes.ts'
+import * as m0016 from './migrations/0016_email_sign_in.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -207,6 +208,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0013_sign_in_bindings': m0013,
     '0014_provider': m0014,
     '0015_login_codes': m0015,
+    '0016_email_sign_in': m0016,
   }
 }
 

@@ -118,7 +118,7 @@ export interface ApiKeysTable {
   last_used_at: number | null
 }
 
-export type MailKind = 'verification' | 'password_reset' | 'security_notice'
+export type MailKind = 'verification' | 'password_reset' | 'security_notice' | 'sign_in_code'
 
 export interface MailOutboxTable {
   id: string
@@ -308,6 +308,29 @@ export interface OpLogoutDeliveriesTable {
   last_error: string | null
 }
 
+/** A sign-in by e-mailed code or link (migration 0016). */
+export interface EmailSignInsTable {
+  id: string
+  /** The normalised address the mail went to. */
+  email: string
+  /** Null for an address with no account yet (EMAIL_SIGNUP): the account is made on success. */
+  user_id: string | null
+  /** HMAC of the 6-digit code, bound to this row. */
+  code_hash: string
+  /** The code sealed under KEY_ENCRYPTION_KEY: shown on the link's page on a device with no binding. */
+  code_sealed: string
+  /** HMAC of the link's token. */
+  token_hash: string
+  failures: Generated<number>
+  redirect_to: string | null
+  code_challenge: string | null
+  browser_hash: string | null
+  credential_epoch: number
+  created_at: number
+  expires_at: number
+  used_at: number | null
+}
+
 export interface Database {
   users: UsersTable
   sessions: SessionsTable
@@ -330,4 +353,5 @@ export interface Database {
   op_clients: OpClientsTable
   op_records: OpRecordsTable
   op_logout_deliveries: OpLogoutDeliveriesTable
+  email_sign_ins: EmailSignInsTable
 }

@@ -114,3 +114,18 @@ export function identityLinkedMail(brand: MailBrand, to: string, provider: strin
     what: `Sign-in with ${provider} was linked to your ${brand.appName} account: that ${provider} account can now sign in to yours.`,
   })
 }
+
+/** The e-mailed sign-in (API.md): a link, and the 6-digit code to type instead (on another device, say). */
+export function signInCodeMail(brand: MailBrand, to: string, link: string, code: string): MailMessage {
+  return actionMail(brand, {
+    to,
+    subject: `Your ${brand.appName} sign-in code: ${code}`,
+    intro: `Someone asked to sign in to ${brand.appName} with this address.`,
+    action: 'Sign in',
+    lead: 'Open this link to sign in (it works once, for 10 minutes)',
+    link,
+    codeLabel: 'Or type this code where you asked to sign in',
+    token: code,
+    outro: 'If it was not you, ignore this message: nobody can sign in without it.',
+  })
+}

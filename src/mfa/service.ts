@@ -610,6 +610,17 @@ export class MfaService {
     return resetSecondFactors(trx, user, { sealer: this.deps.sealer, brand: this.deps.brand, now: this.deps.clock.now() })
   }
 
+  /**
+   * Removes every factor, recovery code and ceremony of an account, in the caller's transaction and
+   * without a mail of its own (the e-mailed sign-in's first proof of an address tells the owner).
+   */
+  async removeAllFor(trx: Db['kysely'], userId: string): Promise<void> {
+    await factors.deleteAllOf(trx, userId)
+    await recoveryCodes.deleteAllOf(trx, userId)
+    await challenges.deleteAllOf(trx, userId)
+    await ceremonies.deleteAllOf(trx, userId)
+  }
+
   /** Mail written by a reset goes out now rather than at the next poll. */
   kickMail(): void {
     this.deps.mailQueue.kick()

@@ -416,6 +416,11 @@ export class OidcService {
     return this.deps.sessions.open(subject, FEDERATED, context, { audit: { type: 'login.succeeded', reason: used.source } })
   }
 
+  /** Removes every identity linked to an account, in the caller's transaction (the e-mailed sign-in's first proof of an address). */
+  async unlinkAllFor(trx: Db['kysely'], userId: string): Promise<void> {
+    await identities.deleteAllOf(trx, userId)
+  }
+
   /** Whether the account has a linked identity, read in the caller's transaction (a way in, for LAST_SIGN_IN_METHOD). */
   async hasIdentity(trx: Db['kysely'], userId: string): Promise<boolean> {
     return identities.existsFor(trx, userId)

@@ -27,6 +27,10 @@ export const identities = {
     await db.updateTable('user_identities').set({ last_used_at: at }).where('id', '=', id).execute()
   },
 
+  async deleteAllOf(db: Executor, userId: string): Promise<void> {
+    await db.deleteFrom('user_identities').where('user_id', '=', userId).execute()
+  },
+
   async delete(db: Executor, userId: string, id: string): Promise<boolean> {
     return (await db.deleteFrom('user_identities').where('user_id', '=', userId).where('id', '=', id).executeTakeFirst()).numDeletedRows > 0n
   },

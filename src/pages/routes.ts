@@ -109,32 +109,40 @@ export function assertSameSite(request: FastifyRequest, ownOrigin: string): void
   if (origin !== undefined && origin !== ownOrigin && origin !== 'null') throw new AppError('ORIGIN_NOT_ALLOWED')
 }
 
-export async function pageRoutes(app: FastifyInstance, deps: PageDeps): Promise<void> {
-  const { auth, lifecycle, limits, hasher, brand, ownOrigin } = deps
-
+/**
+ * What every scope of form pages shares (the mailed-link pages here, the provider's and the e-mailed
+ * sign-in's): only urlencoded bodies, parsed without prototypes; cross-site POSTs refused before
+ * anything is read; the pages' own policy instead of the API's deny-all one (unless `csp` is null:
+ * the routes set their own); and every failure answered as a page, never the JSON envelope.
+ */
+export function installFormPages(app: FastifyInstance, options: { brand: PageBrand; ownOrigin: string; csp?: string | null; answer?: (reply: FastifyReply, status: number, page: Html) => FastifyReply }): void {
   app.removeAllContentTypeParsers()
   app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: AUTH_BODY_LIMIT }, (_request, body, done) => {
     done(null, parseForm(body as string))
   })
-
-  // The common headers (no-store, no-referrer, nosniff, HSTS) are set for every answer already;
-  // pages replace only the API's deny-all policy with their own.
-  app.addHook('onSend', async (_request, reply) => {
-    reply.header('content-security-policy', PAGE_CSP)
-  })
-
+  const csp = options.csp === undefined ? PAGE_CSP : options.csp
+  // The common headers (no-store, no-referrer, nosniff, HSTS) are set for every answer already.
+  if (csp !== null) {
+    app.addHook('onSend', async (_request, reply) => {
+      reply.header('content-security-policy', csp)
+    })
+  }
   // Before the rate limits and the body: a refused cross-site post costs the visitor nothing.
   app.addHook('onRequest', async (request) => {
-    if (request.method === 'POST') assertSameSite(request, ownOrigin)
+    if (request.method === 'POST') assertSameSite(request, options.ownOrigin)
   })
-
   app.setErrorHandler((error, request, reply) => {
     const appError = toAppError(error)
     logServerError(request, appError, error)
     for (const [name, value] of Object.entries(appError.headers)) reply.header(name, value)
-    const { status, page } = problemPage(brand, appError, request.id)
-    return send(reply, status, page)
+    const { status, page } = problemPage(options.brand, appError, request.id)
+    return (options.answer ?? send)(reply, status, page)
   })
+}
+
+export async function pageRoutes(app: FastifyInstance, deps: PageDeps): Promise<void> {
+  const { auth, lifecycle, limits, hasher, brand, ownOrigin } = deps
+  installFormPages(app, { brand, ownOrigin })
 
   // GET: show the button. The token is checked but never used up here (scanners fetch links);
   // it moves from the URL into a hidden field, and the POST uses it.

@@ -24,6 +24,7 @@ input[aria-invalid=true]{border-color:#b91c1c}
 .hint{margin:.25rem 0 0;font-size:.875rem;color:#4b5563}
 .error{margin:.25rem 0 0;font-size:.875rem;color:#b91c1c;font-weight:600}
 .alert{margin:0 0 1rem}
+.code{margin:0 0 1rem;font:700 2rem/1.2 ui-monospace,Menlo,Consolas,monospace;letter-spacing:.25em}
 button{display:inline-block;width:100%;padding:.75rem 1rem;border:0;border-radius:.375rem;background:#1d4ed8;color:#fff;font:inherit;font-weight:700;cursor:pointer}
 button:hover{background:#1e40af}
 button:focus{outline:3px solid #93c5fd;outline-offset:2px}

@@ -13,14 +13,14 @@ import type { Html } from '../html.ts'
 import { logServerError, toAppError } from '../http/errors.ts'
 import { pathOf } from '../http/security.ts'
 import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
-import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
+import { requestContext } from '../http/request.ts'
 import type { Limits } from '../limits/limits.ts'
 import { AssertionCredential } from '../mfa/schemas.ts'
 import type { MfaService } from '../mfa/service.ts'
 import { flowCookieOf, setFlowCookie } from '../oidc/routes.ts'
 import type { OidcService } from '../oidc/service.ts'
 import { LIBRARY_PAGE_CSP, providerPageCsp, providerPages } from '../pages/provider.ts'
-import { assertSameSite, parseForm, problemPage, type Form } from '../pages/routes.ts'
+import { installFormPages, problemPage, type Form } from '../pages/routes.ts'
 import type { PageBrand } from '../pages/views.ts'
 import type { ClientRegistry } from './clients.ts'
 import { RESOURCE_SCOPES, ROUTES } from './configuration.ts'
@@ -129,20 +129,8 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
   app.get(new URL(deps.resourceMetadata.url).pathname, async (_request, reply) => reply.header('cache-control', 'public, max-age=300').send(metadata))
 
   await app.register(async (pages) => {
-    pages.removeAllContentTypeParsers()
-    pages.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: AUTH_BODY_LIMIT }, (_request, body, done) => {
-      done(null, parseForm(body as string))
-    })
-    pages.addHook('onRequest', async (request) => {
-      if (request.method === 'POST') assertSameSite(request, ownOrigin)
-    })
-    pages.setErrorHandler((error, request, reply) => {
-      const appError = toAppError(error)
-      logServerError(request, appError, error)
-      for (const [name, value] of Object.entries(appError.headers)) reply.header(name, value)
-      const { status, page } = problemPage(brand, appError, request.id)
-      return send(reply, status, page)
-    })
+    // Each page sets its own policy: its form may lead on to the client's redirect origin.
+    installFormPages(pages, { brand, ownOrigin, csp: null, answer: (reply, status, page) => send(reply, status, page) })
 
     const details = async (request: FastifyRequest, reply: FastifyReply): Promise<Interaction | null> => {
       try {

@@ -1,0 +1,97 @@
+import { randomBytes } from 'node:crypto'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { Accepted, LoggedIn } from '../auth/schemas.ts'
+import { TransportHeaders, type CookieTransport } from '../auth/cookie-transport.ts'
+import { limitByIp } from '../http/ratelimit.ts'
+import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
+import { ok } from '../http/schemas.ts'
+import type { Limits } from '../limits/limits.ts'
+import { emailPages } from '../pages/email.ts'
+import { installFormPages, type Form } from '../pages/routes.ts'
+import type { PageBrand } from '../pages/views.ts'
+import { ExchangeBody, StartBody, VerifyBody } from './schemas.ts'
+import { SIGN_IN_TTL_MS, type EmailSignIn } from './service.ts'
+
+const tags = ['email']
+/** Binds an e-mailed sign-in to the browser that started it (API.md). */
+export const EMAIL_COOKIE = 'portcullis_email'
+
+function emailCookieOf(request: FastifyRequest): string | undefined {
+  for (const part of (request.headers.cookie ?? '').split(';')) {
+    const [name, ...value] = part.trim().split('=')
+    if (name === EMAIL_COOKIE) return value.join('=')
+  }
+  return undefined
+}
+
+/** HttpOnly, SameSite=Lax (the link opens as a top-level navigation), path /, for the sign-in's 10 minutes. */
+function setEmailCookie(reply: FastifyReply, value: string, secure: boolean): void {
+  reply.header('set-cookie', [`${EMAIL_COOKIE}=${value}`, 'Path=/', `Max-Age=${SIGN_IN_TTL_MS / 1000}`, 'HttpOnly', 'SameSite=Lax', ...(secure ? ['Secure'] : [])].join('; '))
+}
+
+/** The API's side: start, the typed code, and the exchange of the link's login code. */
+export async function publicEmailRoutes(fastify: FastifyInstance, email: EmailSignIn, limits: Limits, cookies: CookieTransport, options: { secure: boolean }): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+
+  app.post('/auth/email/start', {
+    bodyLimit: AUTH_BODY_LIMIT,
+    // The forgot-password limits: per IP here, per address in the service.
+    onRequest: limitByIp(limits, 'mail'),
+    schema: { tags, operationId: 'startEmailSignIn', description: 'Mails a 6-digit code and a link; the same 202 whether or not the address has an account. Sets the portcullis_email cookie that binds the link to this browser.', body: StartBody, response: { 202: Accepted } },
+  }, async (request, reply) => {
+    const cookie = randomBytes(32).toString('base64url')
+    const { email: address, redirect_to: redirectTo, code_challenge: codeChallenge, code_challenge_method: codeChallengeMethod } = request.body
+    email.start({ email: address, redirectTo, codeChallenge, codeChallengeMethod }, cookie, requestContext(request))
+    setEmailCookie(reply, cookie, options.secure)
+    return reply.code(202).send(ok({}))
+  })
+
+  app.post('/auth/email/verify', {
+    bodyLimit: AUTH_BODY_LIMIT,
+    onRequest: limitByIp(limits, 'login'),
+    schema: { tags, operationId: 'verifyEmailCode', headers: TransportHeaders, body: VerifyBody, response: { 200: LoggedIn } },
+  }, async (request, reply) => {
+    const cookieMode = cookies.requested(request)
+    if (cookieMode) cookies.assertOriginAllowed(request)
+    const body = await email.verify(request.body, cookieMode ? 'cookie' : 'body', requestContext(request))
+    return ok(cookies.answerLogin(request, reply, body, cookieMode))
+  })
+
+  app.post('/auth/email/exchange', {
+    bodyLimit: AUTH_BODY_LIMIT,
+    onRequest: limitByIp(limits, 'login'),
+    schema: { tags, operationId: 'exchangeEmailCode', headers: TransportHeaders, body: ExchangeBody, response: { 200: LoggedIn } },
+  }, async (request, reply) => {
+    const cookieMode = cookies.requested(request)
+    if (cookieMode) cookies.assertOriginAllowed(request)
+    const body = await email.exchange({ code: request.body.code, codeVerifier: request.body.code_verifier, browserCookie: emailCookieOf(request) }, cookieMode ? 'cookie' : 'body', requestContext(request))
+    return ok(cookies.answerLogin(request, reply, body, cookieMode))
+  })
+}
+
+function page(reply: FastifyReply, status: number, html: { value: string }): FastifyReply {
+  return reply.code(status).type('text/html; charset=utf-8').send(html.value)
+}
+
+/** The link's page, at the root of PUBLIC_URL beside the other mailed-link pages. */
+export async function emailPageRoutes(app: FastifyInstance, deps: { email: EmailSignIn; limits: Limits; brand: PageBrand; ownOrigin: string }): Promise<void> {
+  const { email, limits, brand } = deps
+  installFormPages(app, { brand, ownOrigin: deps.ownOrigin })
+  const tokenOf = (value: unknown) => (typeof value === 'string' && value.length > 0 && value.length <= 256 ? value : null)
+
+  // GET (and HEAD): the button only. Nothing is used up: scanners and link previews fetch links.
+  app.get<{ Querystring: { token?: unknown } }>('/sign-in/email', async (request, reply) => {
+    const token = tokenOf(request.query.token)
+    if (!token || !(await email.linkIsLive(token))) return page(reply, 400, emailPages.dead(brand))
+    return page(reply, 200, emailPages.confirm(brand, token))
+  })
+
+  app.post('/sign-in/email', { onRequest: limitByIp(limits, 'login') }, async (request, reply) => {
+    const token = tokenOf(((request.body as Form | undefined) ?? {}).token)
+    const outcome = token ? await email.followLink(token, emailCookieOf(request), requestContext(request)) : ({ dead: true } as const)
+    if ('redirect' in outcome) return reply.redirect(outcome.redirect, 303)
+    if ('code' in outcome) return page(reply, 200, emailPages.code(brand, outcome.code))
+    return page(reply, 400, emailPages.dead(brand))
+  })
+}
