@@ -426,14 +426,8 @@ export class PortcullisClient {
    * Signs in. For an account with a second factor the answer is an MfaRequired (no session yet),
    * not an error: pass its mfa_token with a code to verifyMfa().
    */
-  async login(input: LoginInput): Promise<LoginResult | MfaRequired> {
-    try {
-      return await this.signedIn(await this.request<LoginResult>({ method: 'POST', path: '/auth/login', body: input, cookie: this.transport === 'cookie' }))
-    } catch (error) {
-      const mfa = error instanceof PortcullisError && error.code === 'MFA_REQUIRED' ? error.mfa : undefined
-      if (mfa && 'mfa_token' in mfa) return { mfa_required: true, ...mfa }
-      throw error
-    }
+  login(input: LoginInput): Promise<LoginResult | MfaRequired> {
+    return this.sessionOrSecondStep(this.request<LoginResult>({ method: 'POST', path: '/auth/login', body: input, cookie: this.transport === 'cookie' }))
   }
 
   /** The second step of a login: the session begins here (in cookie mode, with the cookie). */
@@ -568,11 +562,44 @@ export class PortcullisClient {
    * the proof is the flow's cookie, so the call carries credentials. An account with a second
    * factor answers MfaRequired, as login() does.
    */
-  async exchangeOidcCode(code: string): Promise<LoginResult | MfaRequired> {
+  exchangeOidcCode(code: string): Promise<LoginResult | MfaRequired> {
     const verifier = verifierStore(this.baseUrl).take()
     const body = verifier === null ? { code } : { code, code_verifier: verifier }
+    return this.sessionOrSecondStep(this.request<LoginResult>({ method: 'POST', path: '/auth/oidc/exchange', body, cookie: this.transport === 'cookie', credentials: verifier === null }))
+  }
+
+  /**
+   * Mails a 6-digit code and a link for `email` (the answer is the same whether or not it has an
+   * account). With `redirectTo`, the link sends this browser back there with `?code=` for
+   * completeEmailLink(); the PKCE verifier is kept in localStorage (the link opens a new tab) for
+   * the code's 10 minutes. The answer sets the cookie that binds the link to this browser.
+   */
+  async startEmailSignIn(email: string, redirectTo?: string): Promise<void> {
+    const body: Record<string, string> = { email }
+    if (redirectTo !== undefined) {
+      const { verifier, challenge } = await pkcePair()
+      verifierStore(this.baseUrl, 'email').save(verifier)
+      Object.assign(body, { redirect_to: redirectTo, code_challenge: challenge, code_challenge_method: 'S256' })
+    }
+    await this.request({ method: 'POST', path: '/auth/email/start', body, credentials: true })
+  }
+
+  /** The 6-digit code from the mail: a session, or MfaRequired as login() answers. */
+  verifyEmailCode(email: string, code: string): Promise<LoginResult | MfaRequired> {
+    return this.sessionOrSecondStep(this.request<LoginResult>({ method: 'POST', path: '/auth/email/verify', body: { email, code }, cookie: this.transport === 'cookie' }))
+  }
+
+  /** The link's `?code=`, with the verifier startEmailSignIn() kept (used once): a session, or MfaRequired. */
+  completeEmailLink(code: string): Promise<LoginResult | MfaRequired> {
+    const verifier = verifierStore(this.baseUrl, 'email').take()
+    const body = verifier === null ? { code } : { code, code_verifier: verifier }
+    return this.sessionOrSecondStep(this.request<LoginResult>({ method: 'POST', path: '/auth/email/exchange', body, cookie: this.transport === 'cookie', credentials: verifier === null }))
+  }
+
+  /** A sign-in's answer: the session, or MfaRequired (a result, not a thrown error) when the account has a second factor. */
+  private async sessionOrSecondStep(answer: Promise<LoginResult>): Promise<LoginResult | MfaRequired> {
     try {
-      return await this.signedIn(await this.request<LoginResult>({ method: 'POST', path: '/auth/oidc/exchange', body, cookie: this.transport === 'cookie', credentials: verifier === null }))
+      return await this.signedIn(await answer)
     } catch (error) {
       const mfa = error instanceof PortcullisError && error.code === 'MFA_REQUIRED' ? error.mfa : undefined
       if (mfa && 'mfa_token' in mfa) return { mfa_required: true, ...mfa }

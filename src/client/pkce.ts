@@ -24,45 +24,62 @@ export interface VerifierStore {
   take(): string | null
 }
 
-/** Where sessionStorage is missing or refused (Node, a sandboxed frame): this process's memory. */
+/** Where the storage is missing or refused (Node, a sandboxed frame): this process's memory. */
 const memory = new Map<string, string>()
 
-function tabStorage(): Storage | null {
+function browserStorage(kind: 'session' | 'local'): Storage | null {
   try {
-    return typeof sessionStorage === 'undefined' ? null : sessionStorage
+    const storage = kind === 'session' ? globalThis.sessionStorage : globalThis.localStorage
+    return storage ?? null
   } catch {
     return null
   }
 }
 
+/** How long an e-mailed sign-in's verifier is kept: the code's and link's 10 minutes. */
+const EMAIL_FLOW_MS = 10 * 60_000
+
 /**
- * The verifier of the last provider sign-in started for this service. In a browser it lives in
- * sessionStorage, which survives the trip through the provider and belongs to the tab that started
- * it (the provider flow returns to that tab); another tab, or another site, cannot read it.
+ * The verifier of the last sign-in of a kind started for this service. A provider sign-in returns
+ * to the tab that started it, so its verifier lives in that tab's sessionStorage, which another tab
+ * or site cannot read. An e-mailed link opens a new tab, where sessionStorage is empty, so that
+ * flow's verifier lives in localStorage (this site's tabs share it) and only for the code's 10
+ * minutes: it is removed once used or once expired.
  */
-export function verifierStore(baseUrl: string): VerifierStore {
-  const key = `portcullis.oidc.code_verifier ${baseUrl}`
+export function verifierStore(baseUrl: string, flow: 'oidc' | 'email' = 'oidc'): VerifierStore {
+  const key = `portcullis.${flow}.code_verifier ${baseUrl}`
+  const kind = flow === 'email' ? 'local' : 'session'
+  const wrap = (verifier: string) => (flow === 'email' ? JSON.stringify({ verifier, until: Date.now() + EMAIL_FLOW_MS }) : verifier)
+  const unwrap = (stored: string | null): string | null => {
+    if (stored === null || flow !== 'email') return stored
+    try {
+      const { verifier, until } = JSON.parse(stored) as { verifier: string; until: number }
+      return until > Date.now() ? verifier : null
+    } catch {
+      return null
+    }
+  }
   return {
     save(verifier) {
-      const storage = tabStorage()
-      if (!storage) return void memory.set(key, verifier)
+      const storage = browserStorage(kind)
+      if (!storage) return void memory.set(key, wrap(verifier))
       try {
-        storage.setItem(key, verifier)
+        storage.setItem(key, wrap(verifier))
       } catch {
-        memory.set(key, verifier)
+        memory.set(key, wrap(verifier))
       }
     },
     take() {
-      const storage = tabStorage()
-      let verifier: string | null = memory.get(key) ?? null
+      const storage = browserStorage(kind)
+      let stored: string | null = memory.get(key) ?? null
       memory.delete(key)
       try {
-        verifier = storage?.getItem(key) ?? verifier
+        stored = storage?.getItem(key) ?? stored
         storage?.removeItem(key)
       } catch {
         // Storage refused: what memory held is all there is.
       }
-      return verifier
+      return unwrap(stored)
     },
   }
 }

@@ -61,7 +61,7 @@ export async function publicEmailRoutes(fastify: FastifyInstance, email: EmailSi
   app.post('/auth/email/exchange', {
     bodyLimit: AUTH_BODY_LIMIT,
     onRequest: limitByIp(limits, 'login'),
-    schema: { tags, operationId: 'exchangeEmailCode', headers: TransportHeaders, body: ExchangeBody, response: { 200: LoggedIn } },
+    schema: { tags, operationId: 'completeEmailLink', headers: TransportHeaders, body: ExchangeBody, response: { 200: LoggedIn } },
   }, async (request, reply) => {
     const cookieMode = cookies.requested(request)
     if (cookieMode) cookies.assertOriginAllowed(request)

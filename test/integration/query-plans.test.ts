@@ -5,7 +5,7 @@ import { CompiledQuery } from 'kysely'
 import pg from 'pg'
 import { migrate, openDatabase } from '../../src/db/index.ts'
 import { createStorage, ENGINES } from '../helpers/db.ts'
-import { tokenFromMail } from '../helpers/mail.ts'
+import { mailText, tokenFromMail } from '../helpers/mail.ts'
 import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 import { oathtool } from '../helpers/totp.ts'
 import { SoftAuthenticator } from '../helpers/webauthn.ts'
@@ -15,7 +15,7 @@ import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.t
 const PLANS_URL = 'http://localhost:4000'
 
 /** The tables that grow with users: a statement may reach them only through an index range. */
-const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed', 'mfa_factors', 'mfa_recovery_codes', 'mfa_challenges', 'op_records', 'op_logout_deliveries'])
+const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed', 'mfa_factors', 'mfa_recovery_codes', 'mfa_challenges', 'op_records', 'op_logout_deliveries', 'email_sign_ins', 'login_codes'])
 
 /**
  * Drives every operation of the published API (checked against /openapi.json, so a new route that
@@ -137,6 +137,27 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
   assert.equal((await browserHop(linking.json().data.authorization_url, cookieOf(linking.headers['set-cookie']))).searchParams.get('linked'), 'test')
   const linked = (await call('GET', `${api}/auth/me/identities`, { token: linker.access_token })).data.identities as { id: string }[]
   await call('DELETE', `${api}/auth/me/identities/{id}`, { params: { id: linked[0]!.id }, token: linker.access_token })
+
+  // The e-mailed sign-in: start, the code, the link's page and its login code's exchange.
+  const mailed = await registerVerifyLogin(t, uniqueEmail('plans-mailed'))
+  const startMailed = async () => {
+    const answer = await t.app.inject({ method: 'POST', url: `${api}/auth/email/start`, headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ email: mailed.email, redirect_to: `${PLANS_URL}/back` }) })
+    assert.equal(answer.statusCode, 202, answer.body)
+    called.add(`post ${api}/auth/email/start`)
+    await t.app.services.background.drain()
+    let text = mailText(await t.mail.next(mailed.email))
+    while (!text.includes('/sign-in/email?token=')) text = mailText(await t.mail.next(mailed.email))
+    return { cookie: /portcullis_email=([^;]+)/.exec(String(answer.headers['set-cookie']))![1]!, code: /^(\d{6})$/m.exec(text)![1]!, token: /token=([A-Za-z0-9_-]+)/.exec(text)![1]! }
+  }
+  const typed = await startMailed()
+  await call('POST', `${api}/auth/email/verify`, { body: { email: mailed.email, code: typed.code } })
+  const byLink = await startMailed()
+  assert.equal((await t.app.inject({ method: 'GET', url: `/sign-in/email?token=${byLink.token}` })).statusCode, 200)
+  const pressed = await t.app.inject({ method: 'POST', url: '/sign-in/email', headers: { 'content-type': 'application/x-www-form-urlencoded', 'sec-fetch-site': 'same-origin', cookie: `portcullis_email=${byLink.cookie}` }, payload: `token=${byLink.token}` })
+  assert.equal(pressed.statusCode, 303, pressed.body)
+  const exchanged = await t.app.inject({ method: 'POST', url: `${api}/auth/email/exchange`, headers: { 'content-type': 'application/json', cookie: `portcullis_email=${byLink.cookie}` }, payload: JSON.stringify({ code: new URL(String(pressed.headers.location)).searchParams.get('code') }) })
+  assert.equal(exchanged.statusCode, 200, exchanged.body)
+  called.add(`post ${api}/auth/email/exchange`)
 
   // The operators' side.
   const { key } = await t.app.services.apiKeys.create({ name: 'plans', scopes: ['users:read', 'users:write', 'audit:read'], expiresAt: null })
