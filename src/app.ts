@@ -179,6 +179,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     resourceMetadata: { url: metadataUrl, resource: config.audience, issuer: config.provider.issuer },
     oidc,
     oidcCookie: oidcRoutes,
+    email: services.email,
   })
   await app.register(
     async (api) => {

@@ -105,8 +105,24 @@ export const providerPages = {
 <p>${clientName} uses your ${brand.appName} account. It never sees your password.</p>
 ${form(`/oauth/interaction/${uid}/login`, fields, {}, 'Sign in')}
 ${passkeyButton(uid, 'Sign in with a passkey')}
+<form method="post" action="/oauth/interaction/${uid}/email"><button type="submit" class="secondary">E-mail me a code instead</button></form>
 ${(options.providers ?? []).map((provider) => html`<form method="post" action="/oauth/interaction/${uid}/federated/${provider.name}"><button type="submit" class="secondary">Continue with ${provider.label}</button></form>
 `)}<form method="post" action="/oauth/interaction/${uid}/abort"><button type="submit" class="secondary">Cancel</button></form>`)
+  },
+
+  /** The e-mailed code instead of a password: the address first, then the code. */
+  emailAddress(brand: PageBrand, uid: string, clientName: string, options: { email?: string; message?: string } = {}): Html {
+    const focus = { done: false }
+    const address = field({ name: 'email', label: 'E-mail address', type: 'email', autocomplete: 'username', ...(options.email ? { value: options.email } : {}) }, options.message ? { email: options.message } : {}, focus)
+    return layout(brand, `Sign in to continue to ${clientName}`, html`<p>We will mail you a 6-digit code. It works once, for 10 minutes.</p>
+${form(`/oauth/interaction/${uid}/email`, [address], { step: 'send' }, 'Send me a code')}`)
+  },
+
+  emailCode(brand: PageBrand, uid: string, email: string, message?: string): Html {
+    const focus = { done: false }
+    const code = field({ name: 'code', label: 'Code', type: 'text', autocomplete: 'one-time-code', hint: `The 6-digit code we mailed to ${email}.` }, message ? { code: message } : {}, focus)
+    return layout(brand, 'Enter the code from the mail', html`<p>If an account exists for ${email}, a mail with a code is on its way. It can take a minute to arrive.</p>
+${form(`/oauth/interaction/${uid}/email-code`, [code], { email }, 'Sign in')}`)
   },
 
   secondFactor(brand: PageBrand, uid: string, mfaToken: string, methods: string[], message?: string): Html {

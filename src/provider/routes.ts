@@ -19,6 +19,7 @@ import { AssertionCredential } from '../mfa/schemas.ts'
 import type { MfaService } from '../mfa/service.ts'
 import { flowCookieOf, setFlowCookie } from '../oidc/routes.ts'
 import type { OidcService } from '../oidc/service.ts'
+import type { EmailSignIn } from '../email/service.ts'
 import { LIBRARY_PAGE_CSP, providerPageCsp, providerPages } from '../pages/provider.ts'
 import { installFormPages, problemPage, type Form } from '../pages/routes.ts'
 import type { PageBrand } from '../pages/views.ts'
@@ -43,6 +44,8 @@ export interface ProviderRouteDeps {
   /** Sign-in with an upstream identity provider ("Continue with ..."), and its flow cookie's settings. */
   oidc: OidcService
   oidcCookie: { basePath: string; secure: boolean }
+  /** Sign-in with an e-mailed code (src/email/), on the sign-in page. */
+  email: EmailSignIn
 }
 
 /** The PKCE verifier of an upstream sign-in started from an interaction, kept by the browser under the interaction's path. */
@@ -226,6 +229,36 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
         return await signedIn(request, reply, interaction, await auth.login({ email, password }, requestContext(request)))
       } catch (error) {
         return loginFailure(reply, interaction, error, email, password)
+      }
+    })
+
+    // An e-mailed code instead of a password (src/email/): the address, then the code, on these
+    // pages; the mail's link, opened anywhere, shows the same code (no redirect_to).
+    pages.post<{ Params: { uid: string } }>('/oauth/interaction/:uid/email', { onRequest: limitByIp(limits, 'mail') }, async (request, reply) => {
+      const interaction = await details(request, reply)
+      if (!interaction || interaction.uid !== request.params.uid || interaction.prompt.name !== 'login') return expired(reply)
+      const { name } = await clientName(interaction)
+      const targets = redirectTarget(interaction.params.redirect_uri)
+      const { step, email: address = '' } = form(request)
+      if (step !== 'send') return send(reply, 200, providerPages.emailAddress(brand, interaction.uid, name, typeof interaction.params.login_hint === 'string' ? { email: interaction.params.login_hint } : {}))
+      try {
+        deps.email.start({ email: address }, randomBytes(32).toString('base64url'), requestContext(request))
+      } catch (error) {
+        if (error instanceof AppError && error.code === 'VALIDATION_ERROR') return send(reply, 400, providerPages.emailAddress(brand, interaction.uid, name, { email: address, message: 'Enter a valid e-mail address.' }))
+        throw error
+      }
+      return send(reply, 200, providerPages.emailCode(brand, interaction.uid, address), targets)
+    })
+
+    pages.post<{ Params: { uid: string } }>('/oauth/interaction/:uid/email-code', { onRequest: limitByIp(limits, 'login') }, async (request, reply) => {
+      const interaction = await details(request, reply)
+      if (!interaction || interaction.uid !== request.params.uid || interaction.prompt.name !== 'login') return expired(reply)
+      const { email: address = '', code = '' } = form(request)
+      try {
+        return await signedIn(request, reply, interaction, await deps.email.verify({ email: address, code: code.replace(/\s+/g, '') }, 'body', requestContext(request)))
+      } catch (error) {
+        if (error instanceof AppError && error.code === 'INVALID_CREDENTIALS') return send(reply, 401, providerPages.emailCode(brand, interaction.uid, address, 'That code is wrong, already used or expired.'), redirectTarget(interaction.params.redirect_uri))
+        return loginFailure(reply, interaction, error, address)
       }
     })
 

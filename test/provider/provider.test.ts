@@ -8,6 +8,7 @@ import { freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, wit
 import { ENGINES } from '../helpers/db.ts'
 import { formOf, formsOf, headingOf, OpBrowser, type Page } from '../helpers/op-browser.ts'
 import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.ts'
+import { mailText } from '../helpers/mail.ts'
 import { oathtool } from '../helpers/totp.ts'
 import { rotateSigningKeys } from '../../src/auth/keys.ts'
 import type { ClientCreate } from '../../src/provider/schemas.ts'
@@ -818,6 +819,31 @@ for (const engine of ENGINES) {
       assert.equal(refused.statusCode, 401)
       assert.equal(refused.json().error.code, 'INVALID_TOKEN')
       assert.equal((await oauthError(client.clientCredentialsGrant(config, { resource: 'https://elsewhere.example/api' }))).error, 'invalid_target')
+    })
+
+    test('24. an e-mailed code instead of a password on the sign-in page signs the person in (amr otp)', async () => {
+      const user = await registerVerifyLogin(t)
+      const { clientId } = await register({ name: 'Mailed app', first_party: true })
+      const config = rp(clientId)
+      const browser = new OpBrowser(issuer)
+      const request = await authorization(config)
+      const page = await browser.go(request.url)
+      assert.ok(isSignInPage(page))
+      const addressPage = await browser.submit(formOf(page, { actionEndsWith: '/email' }))
+      assert.equal(headingOf(addressPage), 'Sign in to continue to Mailed app')
+      const codePage = await browser.submit(formOf(addressPage, { actionEndsWith: '/email' }), { email: user.email })
+      assert.equal(headingOf(codePage), 'Enter the code from the mail')
+      await t.app.services.background.drain()
+      let text = mailText(await t.mail.next(user.email))
+      while (!text.includes('/sign-in/email?token=')) text = mailText(await t.mail.next(user.email))
+      const code = /^(\d{6})$/m.exec(text)![1]!
+      const wrong = await browser.submit(formOf(codePage, { actionEndsWith: '/email-code' }), { code: code === '000000' ? '000001' : '000000' })
+      assert.equal(wrong.status, 401)
+      const back = await browser.submit(formOf(wrong, { actionEndsWith: '/email-code' }), { code })
+      assert.ok(back.location?.startsWith(REDIRECT_URI), `${back.status} ${back.url}`)
+      const tokens = await client.authorizationCodeGrant(config, new URL(back.location!), request.checks)
+      assert.deepEqual(tokens.claims()!.amr, ['otp'])
+      assert.equal(tokens.claims()!.sub, user.userId)
     })
   })
 }
