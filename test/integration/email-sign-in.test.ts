@@ -148,6 +148,32 @@ for (const engine of ENGINES) {
   })
 }
 
+for (const engine of ENGINES) {
+  describe(`a squatted address without required verification on ${engine}`, () => {
+    test('the registrant signed in with the password is signed out when the owner proves the address, and the password ends', async () => {
+      const t = await startTestApp(engine, { env: { PUBLIC_URL: APP, REQUIRE_EMAIL_VERIFICATION: 'false' } })
+      try {
+        const email = uniqueEmail('squatted-open')
+        assert.equal((await t.post('/auth/register', { email, password: PASSWORD, full_name: 'Squatter' })).statusCode, 201)
+        const squatter = (await t.post('/auth/login', { email, password: PASSWORD })).json().data as { access_token: string; refresh_token: string }
+        assert.equal((await t.get('/auth/me', squatter.access_token)).statusCode, 200)
+        await t.post('/auth/email/start', { email })
+        await t.app.services.background.drain()
+        let text = mailText(await t.mail.next(email))
+        while (!text.includes('/sign-in/email?token=')) text = mailText(await t.mail.next(email))
+        const owner = await t.post('/auth/email/verify', { email, code: /^(\d{6})$/m.exec(text)![1]! })
+        assert.equal(owner.statusCode, 200, owner.body)
+        assert.equal((await t.get('/auth/me', squatter.access_token)).statusCode, 401, "the registrant's session was revoked")
+        assert.equal((await t.post('/auth/refresh', { refresh_token: squatter.refresh_token })).statusCode, 401)
+        assert.equal((await t.post('/auth/login', { email, password: PASSWORD })).statusCode, 401)
+        assert.equal((await t.get('/auth/me', owner.json().data.access_token)).statusCode, 200, "the owner's own session is the one left")
+      } finally {
+        await t.close()
+      }
+    })
+  })
+}
+
 describe('fifty wrong codes at once on postgres', () => {
   test('at most five are judged: the code is dead after them, whatever the order', async () => {
     if (!process.env.DATABASE_URL) throw new Error('DATABASE_URL is not set: this test needs PostgreSQL (npm test starts one)')
