@@ -150,8 +150,9 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     credentialPaths: [
       ...cookies.routes(),
       ...config.oidc.providers.map((p) => `${config.basePath}/auth/oidc/${p.name}/link`),
-      // The e-mailed sign-in's start sets the cookie its link and exchange are bound to.
+      // The e-mailed sign-in: its start sets the cookie its link and exchange are bound to; verify answers in cookie mode.
       `${config.basePath}/auth/email/start`,
+      `${config.basePath}/auth/email/verify`,
       `${config.basePath}/auth/email/exchange`,
     ],
   })

@@ -9,6 +9,7 @@ import { ok } from '../http/schemas.ts'
 import type { Limits } from '../limits/limits.ts'
 import { emailPages } from '../pages/email.ts'
 import { installFormPages, type Form } from '../pages/routes.ts'
+import { pageCsp } from '../pages/style.ts'
 import type { PageBrand } from '../pages/views.ts'
 import { ExchangeBody, StartBody, VerifyBody } from './schemas.ts'
 import { SIGN_IN_TTL_MS, type EmailSignIn } from './service.ts'
@@ -70,21 +71,23 @@ export async function publicEmailRoutes(fastify: FastifyInstance, email: EmailSi
   })
 }
 
-function page(reply: FastifyReply, status: number, html: { value: string }): FastifyReply {
-  return reply.code(status).type('text/html; charset=utf-8').send(html.value)
+/** A page, with the pages' policy; a form that leads back to the application also names its origin. */
+function page(reply: FastifyReply, status: number, html: { value: string }, formTargets: string[] = []): FastifyReply {
+  return reply.code(status).header('content-security-policy', pageCsp(formTargets)).type('text/html; charset=utf-8').send(html.value)
 }
 
 /** The link's page, at the root of PUBLIC_URL beside the other mailed-link pages. */
 export async function emailPageRoutes(app: FastifyInstance, deps: { email: EmailSignIn; limits: Limits; brand: PageBrand; ownOrigin: string }): Promise<void> {
   const { email, limits, brand } = deps
-  installFormPages(app, { brand, ownOrigin: deps.ownOrigin })
+  installFormPages(app, { brand, ownOrigin: deps.ownOrigin, csp: null, answer: (reply, status, html) => page(reply, status, html) })
   const tokenOf = (value: unknown) => (typeof value === 'string' && value.length > 0 && value.length <= 256 ? value : null)
 
   // GET (and HEAD): the button only. Nothing is used up: scanners and link previews fetch links.
   app.get<{ Querystring: { token?: unknown } }>('/sign-in/email', async (request, reply) => {
     const token = tokenOf(request.query.token)
-    if (!token || !(await email.linkIsLive(token))) return page(reply, 400, emailPages.dead(brand))
-    return page(reply, 200, emailPages.confirm(brand, token))
+    const link = token ? await email.link(token) : ({ live: false } as const)
+    if (!token || !link.live) return page(reply, 400, emailPages.dead(brand))
+    return page(reply, 200, emailPages.confirm(brand, token), link.leadsTo ? [link.leadsTo] : [])
   })
 
   app.post('/sign-in/email', { onRequest: limitByIp(limits, 'login') }, async (request, reply) => {

@@ -167,9 +167,13 @@ export class EmailSignIn {
     }
   }
 
-  /** Whether the link's token is live (its page's GET consumes nothing: mail scanners fetch links). */
-  async linkIsLive(token: string): Promise<boolean> {
-    return (await signIns.byToken(this.db, this.mac('email_link', token), this.deps.clock.now())) !== null
+  /**
+   * Whether the link's token is live, and where its button may lead (the origin of its redirect_to):
+   * its page's GET consumes nothing (mail scanners fetch links).
+   */
+  async link(token: string): Promise<{ live: false } | { live: true; leadsTo: string | null }> {
+    const row = await signIns.byToken(this.db, this.mac('email_link', token), this.deps.clock.now())
+    return row ? { live: true, leadsTo: row.redirect_to === null ? null : new URL(row.redirect_to).origin } : { live: false }
   }
 
   /**

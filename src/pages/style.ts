@@ -42,10 +42,19 @@ export const PAGE_CSS_HASH = `sha256-${createHash('sha256').update(PAGE_CSS).dig
  * No script at all, only the one stylesheet above, forms posting back to this origin, and no
  * framing (clickjacking a "confirm" button is the attack this stops).
  */
-export const PAGE_CSP = [
-  "default-src 'none'",
-  `style-src '${PAGE_CSS_HASH}'`,
-  "form-action 'self'",
-  "frame-ancestors 'none'",
-  "base-uri 'none'",
-].join('; ')
+export const PAGE_CSP = pageCsp()
+
+/**
+ * The same policy for a page whose form leads on elsewhere: Chromium checks `form-action` against
+ * every redirect a submitted form goes through, so a form answered with a redirect to an allowed
+ * application must name that application's origin too.
+ */
+export function pageCsp(formTargets: string[] = []): string {
+  return [
+    "default-src 'none'",
+    `style-src '${PAGE_CSS_HASH}'`,
+    `form-action 'self'${formTargets.map((target) => ` ${target}`).join('')}`,
+    "frame-ancestors 'none'",
+    "base-uri 'none'",
+  ].join('; ')
+}
