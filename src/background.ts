@@ -9,8 +9,14 @@ export class Background {
 
   constructor(private readonly logger: Logger) {}
 
+  /**
+   * Starts `task` after the current request's answer is written: in a later turn of the event loop
+   * (setImmediate), not a microtask, which would run before the reply's own hooks finish and so put
+   * the task's synchronous work (a SQLite query, sealing a mail) in front of the answer, where its
+   * time would show.
+   */
   run(label: string, task: () => Promise<unknown>): void {
-    const running: Promise<void> = Promise.resolve()
+    const running: Promise<void> = new Promise<void>((resolve) => setImmediate(resolve))
       .then(task)
       .then(
         () => undefined,
