@@ -33,6 +33,20 @@ export interface LoadSpec {
   rebuildEachRequest?: boolean
   /** A POST /auth/register body with an address of its own for every request (register case). */
   registerBody?: { password: string; full_name: string }
+  /**
+   * Bodies to send exactly once each (one-time credentials: authorization codes, rotating refresh
+   * tokens), with `method` (POST unless given) and `headers`. Connection k sends its own
+   * contiguous share of the list, built once as the tokens' rotation is, and the load ends when
+   * the last one is answered (autocannon's `amount`): `seconds` is then not used, and req/s is
+   * the answers over the time from the start to the last answer. Needs at least one body per
+   * connection.
+   */
+  bodies?: string[]
+  /**
+   * With `bodies`: a string field of each 2xx answer's JSON body, given back in `collected` (what
+   * the next case can use up in turn: the refresh token of each code exchange).
+   */
+  collect?: string
 }
 
 export interface LoadResult {
@@ -51,6 +65,8 @@ export interface LoadResult {
   /** Process id and allowed cores of the process that generated the load. */
   loaderPid: number
   loaderCpus: string
+  /** The `collect` field of every 2xx answer, when asked for. */
+  collected?: string[]
 }
 
 /** The cores a process may run on (Linux), as taskset prints them, e.g. "0-1" or "1". */
@@ -64,7 +80,7 @@ export function allowedCpus(pid: number | 'self' = 'self'): string {
 
 export const autocannonVersion: string = (createRequire(import.meta.url)('autocannon/package.json') as { version: string }).version
 
-function options(spec: LoadSpec, seconds: number): autocannon.Options {
+function options(spec: LoadSpec, seconds: number, collected: string[] = []): autocannon.Options {
   const base: autocannon.Options = { url: spec.url, connections: spec.connections, duration: seconds, method: spec.method ?? 'GET', headers: spec.headers, body: spec.body }
   const tokens = spec.tokens
   if (tokens?.length) {
@@ -84,6 +100,33 @@ function options(spec: LoadSpec, seconds: number): autocannon.Options {
       },
     }
   }
+  const bodies = spec.bodies
+  if (bodies?.length) {
+    if (bodies.length < spec.connections) throw new Error(`bench: ${bodies.length} bodies for ${spec.connections} connections`)
+    const field = spec.collect
+    const onResponse = (status: number, body: string) => {
+      const value = status >= 200 && status < 300 ? (JSON.parse(body) as Record<string, unknown>)[field!] : undefined
+      if (typeof value === 'string') collected.push(value)
+    }
+    const request = (body: string) => ({ method: spec.method ?? 'POST', headers: spec.headers, body, ...(field ? { onResponse } : {}) })
+    // autocannon gives connection k (in the order it makes them) floor(n/c) requests, one more if k < n % c.
+    const share = (k: number) => Math.floor(bodies.length / spec.connections) + (k < bodies.length % spec.connections ? 1 : 0)
+    let next = 0
+    let from = 0
+    return {
+      ...base,
+      method: spec.method ?? 'POST',
+      amount: bodies.length,
+      // It ends an `amount` run at its next sample: every 100 ms rather than every second.
+      sampleInt: 100,
+      requests: [request(bodies[0]!)],
+      setupClient: (client) => {
+        const size = share(next++)
+        client.setRequests(bodies.slice(from, from + size).map(request))
+        from += size
+      },
+    }
+  }
   if (spec.registerBody) {
     const { password, full_name } = spec.registerBody
     let n = 0
@@ -93,12 +136,13 @@ function options(spec: LoadSpec, seconds: number): autocannon.Options {
   return base
 }
 
-function run(opts: autocannon.Options, times?: number[]): Promise<autocannon.Result> {
+function run(opts: autocannon.Options, times?: number[], answered?: () => void): Promise<autocannon.Result> {
   return new Promise((resolve, reject) => {
     const instance = autocannon(opts, (error, result) => (error ? reject(error as Error) : resolve(result)))
-    if (times) {
+    if (times || answered) {
       instance.on('response', (_client, statusCode, _bytes, responseTime) => {
-        if (statusCode >= 200 && statusCode < 300) times.push(responseTime)
+        if (times && statusCode >= 200 && statusCode < 300) times.push(responseTime)
+        answered?.()
       })
     }
   })
@@ -107,14 +151,20 @@ function run(opts: autocannon.Options, times?: number[]): Promise<autocannon.Res
 /** The load, in this process. */
 export async function measure(spec: LoadSpec): Promise<LoadResult> {
   const times: number[] = []
+  const collected: string[] = []
   const cpuBefore = process.cpuUsage()
-  const result = await run(options(spec, spec.seconds), times)
+  const began = performance.now()
+  let lastAnswer = began
+  const result = await run(options(spec, spec.seconds, collected), times, spec.bodies?.length ? () => (lastAnswer = performance.now()) : undefined)
   const cpu = process.cpuUsage(cpuBefore)
   const life = process.cpuUsage()
   times.sort((a, b) => a - b)
   const percentile = (p: number) => times[Math.min(times.length - 1, Math.max(0, Math.ceil((p / 100) * times.length) - 1))] ?? Number.NaN
+  // With `bodies`, autocannon notices that all are answered only at its next one-second tick, so
+  // both its duration and its per-second average would count the last, partial second as a whole one.
+  const rps = spec.bodies?.length ? (result['2xx'] + result.non2xx) / ((lastAnswer - began) / 1000) : result.requests.average
   return {
-    rps: Math.round(result.requests.average),
+    rps: Math.round(rps),
     p50: percentile(50),
     p99: percentile(99),
     ok: result['2xx'],
@@ -125,6 +175,7 @@ export async function measure(spec: LoadSpec): Promise<LoadResult> {
     loaderProcessCpuMs: (life.user + life.system) / 1000,
     loaderPid: process.pid,
     loaderCpus: allowedCpus(),
+    ...(spec.collect ? { collected } : {}),
   }
 }
 

@@ -98,3 +98,50 @@ export function cpuOfTree(root: number): number {
 
 /** The share of one core that other processes may use during a measured run before the run is repeated (BENCH_OTHER_MAX). */
 export const OTHER_MAX = Number(process.env.BENCH_OTHER_MAX ?? 0.15)
+
+/** What `undisturbed` gives back: the measurement, and how much else ran during the one kept. */
+export interface Undisturbed<T> {
+  value: T
+  /** Other processes' CPU during the kept measurement, as a share of one core. */
+  other: number
+  /** The hypervisor's steal during it, as a share of one core. */
+  steal: number
+  /** Measurements taken (1 unless one was disturbed). */
+  attempts: number
+}
+
+/**
+ * A measurement on a quiet machine, taken again (up to `attempts` times, 4 by default) while other
+ * processes used more than OTHER_MAX of a core during it. `knownCpuMs` gives the CPU time so far
+ * of the processes taking part (servers, a database); `measure` returns the loader's CPU time
+ * with its value; this process's own is counted here. `prepare` runs before each attempt, for
+ * what a measurement uses up (one-time authorization codes, refresh tokens): after the wait for a
+ * quiet machine, and followed by a second wait of at most `settleSeconds` (10), so that what it
+ * made is not left to expire while the machine is busy.
+ */
+export async function undisturbed<T>(
+  label: string,
+  knownCpuMs: () => number,
+  measure: () => Promise<{ value: T; loaderCpuMs: number }>,
+  options: { attempts?: number; prepare?: () => Promise<void>; settleSeconds?: number } = {},
+): Promise<Undisturbed<T>> {
+  const attempts = options.attempts ?? 4
+  for (let attempt = 1; ; attempt++) {
+    await waitForQuiet()
+    if (options.prepare) {
+      await options.prepare()
+      await waitForQuiet(undefined, options.settleSeconds ?? 10)
+    }
+    const machine = machineCpu()
+    const began = performance.now()
+    const self = process.cpuUsage()
+    const knownBefore = knownCpuMs()
+    const { value, loaderCpuMs } = await measure()
+    const { busyMs, stealMs } = machine()
+    const own = process.cpuUsage(self)
+    const wallMs = performance.now() - began
+    const other = (busyMs - (knownCpuMs() - knownBefore) - loaderCpuMs - (own.user + own.system) / 1000) / wallMs
+    if (other <= OTHER_MAX || attempt === attempts) return { value, other, steal: stealMs / wallMs, attempts: attempt }
+    console.error(`bench: ${label}: other processes took ${(other * 100).toFixed(1)}% of a core; measuring again`)
+  }
+}

@@ -1,0 +1,456 @@
+// npm run bench:provider (issue 31): Portcullis as an OpenID provider (src/provider/) at its token
+// endpoint against Better Auth 1.7.5's oauth-provider plugin (bench/peers/better-auth.ts) measured
+// in the same run, and the watchlists read with an OAuth access token against the same read with
+// Portcullis's own. Prints what it ran with, then one Markdown table in the shape of
+// bench/RESULTS.md's.
+//
+// Each round is a fresh Better Auth and a fresh Portcullis (the built dist/server.js, as npm start
+// runs it) in an order that rotates from round to round; on PostgreSQL, Portcullis alone (the peer
+// runs on SQLite). Every server gets a confidential first-party client (client_secret_basic,
+// PKCE S256, no consent page: Portcullis's `first_party`, Better Auth's `skip_consent`) and users
+// signed in once through their own pages (a cookie jar: test/helpers/op-browser.ts for Portcullis).
+// Then, 50 connections each, the load from a process of its own (bench/load.ts):
+// - the code exchange: authorization codes for `openid offline_access` minted just before the
+//   measurement through the signed-in sessions (SIGNERS at a time), each sent once (the loader's
+//   `bodies`); both servers answer with an ID token, an opaque access token and a refresh token;
+// - the refresh grant: one refresh token per code exchange, each sent once (refresh tokens rotate;
+//   a reuse would end the grant): those the code exchange case got (the loader's `collect`), then
+//   as many more exchanges, made beforehand, as the batch needs;
+// - Portcullis only: GET /api/v1/watchlists for READERS users, with their own access token
+//   (POST /auth/login) and with a JWT access token for the API (the code exchange with
+//   resource={PUBLIC_URL}/api/v1), in an order that alternates from round to round.
+// A one-shot case warms up with a batch of WARMUP_BODIES, then runs until its measured batch is
+// used up, sized from the warm-up's rate to last about BENCH_SECONDS. A measurement during which
+// other processes used more than BENCH_OTHER_MAX of a core is measured again with a fresh batch
+// (bench/quiet.ts). Ratios are medians of the rounds' ratios, their range beside them; req/s, p50
+// and p99 medians over rounds.
+//
+// BENCH_SECONDS (5) measured per case, BENCH_WARMUP_SECONDS (3, the reads'), BENCH_PAIRS (3) rounds,
+// BENCH_ENGINES (sqlite,postgres), BENCH_ID_TOKEN_ALG (EdDSA: Portcullis's client registers it,
+// Better Auth's jwt plugin signs with it by default; or RS256), BENCH_SERVER_CPUS and
+// BENCH_LOADER_CPUS (taskset core lists), LOG_LEVEL (Portcullis's; npm start's default, info).
+// PostgreSQL: DATABASE_URL (its user must be able to create databases), or a throwaway cluster
+// started here (scripts/pg-throwaway.sh).
+import { execFileSync, spawnSync } from 'node:child_process'
+import { createHash, randomBytes } from 'node:crypto'
+import { mkdtempSync, readFileSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import pg from 'pg'
+import { formOf, OpBrowser } from '../test/helpers/op-browser.ts'
+import { allowedCpus, autocannonVersion, loadInChild, type LoadResult, type LoadSpec } from './load.ts'
+import { cpuOfCommand, cpuOfTree, OTHER_MAX, undisturbed, waitForQuiet } from './quiet.ts'
+import { seedReaders } from './readers.ts'
+import { startArgs, startServer, type BenchServer, type StartOptions } from './server.ts'
+import type { PeerClient } from './peers/better-auth.ts'
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
+const WARMUP = Number(process.env.BENCH_WARMUP_SECONDS ?? 3)
+const ROUNDS = Number(process.env.BENCH_PAIRS ?? 3)
+const ENGINES = (process.env.BENCH_ENGINES ?? 'sqlite,postgres').split(',')
+const ID_TOKEN_ALG = process.env.BENCH_ID_TOKEN_ALG ?? 'EdDSA'
+const SERVER_CPUS = process.env.BENCH_SERVER_CPUS || undefined
+const LOADER_CPUS = process.env.BENCH_LOADER_CPUS || undefined
+const LOG_LEVEL = process.env.LOG_LEVEL ?? 'info'
+const CONNECTIONS = 50
+const READERS = 100
+/** The users whose browser sessions mint the codes, one authorization at a time each. */
+const SIGNERS = 20
+/** The warm-up of a one-shot case: ten bodies a connection; its rate sizes the measured batch. */
+const WARMUP_BODIES = CONNECTIONS * 10
+const PASSWORD = 'a benchmark passphrase'
+const REDIRECT_URI = 'https://rp.example/cb'
+/** Better Auth's routes: its default base path. */
+const PEER_BASE_PATH = '/api/auth'
+const SCOPE = 'openid offline_access'
+if (!['EdDSA', 'RS256'].includes(ID_TOKEN_ALG)) throw new Error(`bench: BENCH_ID_TOKEN_ALG must be EdDSA or RS256, not ${ID_TOKEN_ALG}`)
+const limits = { RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000', RATE_LIMIT_MAIL_PER_IP: '1000000000', LOG_LEVEL }
+const form = { 'content-type': 'application/x-www-form-urlencoded' }
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+const percent = (x: number) => `${(x * 100).toFixed(1)}%`
+const git = (...args: string[]) => execFileSync('git', args, { encoding: 'utf8' }).trim()
+const head = git('rev-parse', '--short', 'HEAD')
+const commit = git('status', '--porcelain', '--untracked-files=no') !== '' ? `${head} + uncommitted changes` : head
+const date = new Date().toISOString().slice(0, 10)
+const peerVersion = (JSON.parse(readFileSync('node_modules/@better-auth/oauth-provider/package.json', 'utf8')) as { version: string }).version
+/** npm start's node flags, for the peer too (the same heap settings); Node runs the peer's TypeScript itself, no loader. */
+const peerArgs = [...startArgs().filter((arg) => arg.startsWith('--')), 'bench/peers/better-auth.ts']
+
+// PostgreSQL: a throwaway cluster unless DATABASE_URL names one; every run gets a database of its own.
+let cluster: string | undefined
+let adminUrl = process.env.DATABASE_URL
+if (ENGINES.includes('postgres') && !adminUrl) {
+  cluster = mkdtempSync(path.join(os.tmpdir(), 'portcullis-bench-provider-pg-'))
+  const started = spawnSync('scripts/pg-throwaway.sh', ['start', cluster, '55498'], { encoding: 'utf8' })
+  if (started.status !== 0) throw new Error(`could not start PostgreSQL: ${started.stderr}`)
+  adminUrl = started.stdout.trim()
+}
+const postmaster = cluster ? Number(readFileSync(path.join(cluster, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]) : undefined
+const databaseCpuMs = () => (postmaster ? cpuOfTree(postmaster) : adminUrl ? cpuOfCommand('postgres') : 0)
+let databases = 0
+async function freshDatabase(engine: string): Promise<{ env: Record<string, string>; drop(): Promise<void> }> {
+  if (engine === 'sqlite') return { env: {}, drop: async () => {} }
+  const name = `portcullis_bench_provider_${process.pid}_${++databases}`
+  const admin = async (sql: string) => {
+    const client = new pg.Client({ connectionString: adminUrl })
+    await client.connect()
+    try { await client.query(sql) } finally { await client.end() }
+  }
+  await admin(`CREATE DATABASE ${name}`)
+  const url = new URL(adminUrl!)
+  url.pathname = `/${name}`
+  return { env: { DATABASE_URL: url.toString() }, drop: () => admin(`DROP DATABASE ${name} WITH (FORCE)`) }
+}
+
+const seen = { serverCpus: new Set<string>(), loaderCpus: new Set<string>(), repeated: 0, disturbed: 0, maxOther: 0, maxSteal: 0, failures: [] as string[] }
+
+async function start(env: Record<string, string>, options: StartOptions = {}): Promise<BenchServer> {
+  await waitForQuiet()
+  const server = await startServer(env, { ...options, cpus: SERVER_CPUS })
+  if (Number.isNaN(server.readyMs)) {
+    server.child.kill('SIGKILL')
+    throw new Error(`bench: ${options.args ? options.args.join(' ') : 'the service'} did not answer /healthz`)
+  }
+  seen.serverCpus.add(server.cpus())
+  return server
+}
+
+/** `fn` over `items`, `width` at a time, results in order. */
+async function pool<T, R>(items: readonly T[], width: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length)
+  let next = 0
+  await Promise.all(Array.from({ length: Math.min(width, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++
+      results[i] = await fn(items[i]!, i)
+    }
+  }))
+  return results
+}
+
+interface Pkce { verifier: string; challenge: string }
+function pkce(): Pkce {
+  const verifier = randomBytes(32).toString('base64url')
+  return { verifier, challenge: createHash('sha256').update(verifier).digest('base64url') }
+}
+/** An authorization code as the client got it, with the PKCE verifier its request was made with. */
+interface Minted { code: string; verifier: string }
+
+function authorizationUrl(endpoint: string, clientId: string, challenge: string, params: Record<string, string> = {}): string {
+  return `${endpoint}?${new URLSearchParams({ response_type: 'code', client_id: clientId, redirect_uri: REDIRECT_URI, scope: SCOPE, code_challenge: challenge, code_challenge_method: 'S256', state: randomBytes(8).toString('base64url'), ...params })}`
+}
+function codeOf(location: string | null | undefined, where: string): string {
+  const code = location ? new URL(location).searchParams.get('code') : null
+  if (!code) throw new Error(`bench: no code from ${where}: ${location}`)
+  return code
+}
+const basic = (client: PeerClient) => `Basic ${Buffer.from(`${encodeURIComponent(client.client_id)}:${encodeURIComponent(client.client_secret)}`).toString('base64')}`
+const exchangeBody = (minted: Minted, extra: Record<string, string> = {}) =>
+  new URLSearchParams({ grant_type: 'authorization_code', code: minted.code, redirect_uri: REDIRECT_URI, code_verifier: minted.verifier, ...extra }).toString()
+const refreshBody = (token: string) => new URLSearchParams({ grant_type: 'refresh_token', refresh_token: token }).toString()
+
+/** One provider under test, as the cases see it. */
+interface Provider {
+  name: string
+  server: BenchServer
+  tokenUrl: string
+  /** The token endpoint's request headers: HTTP Basic client authentication and the form type. */
+  headers: Record<string, string>
+  /** `n` fresh authorization codes for SCOPE, through the signed-in sessions. */
+  mint(n: number): Promise<Minted[]>
+  /** CPU time so far of the processes serving (the server, and its database), in ms. */
+  cpuMs(): number
+  stop(): Promise<void>
+  /** Refresh tokens the code exchanges gave, each for the refresh grant to use once. */
+  spare: string[]
+}
+
+async function token(provider: Provider, body: string): Promise<Record<string, string>> {
+  const response = await fetch(provider.tokenUrl, { method: 'POST', headers: provider.headers, body })
+  const text = await response.text()
+  if (!response.ok) throw new Error(`bench: ${provider.name}'s token endpoint answered ${response.status}: ${text}`)
+  return JSON.parse(text) as Record<string, string>
+}
+
+/** Minting `n` codes through `signers` sessions, each minting its share one after another. */
+async function mintAcross<S>(signers: readonly S[], n: number, one: (signer: S) => Promise<Minted>): Promise<Minted[]> {
+  const shares = signers.map((_, i) => Math.floor(n / signers.length) + (i < n % signers.length ? 1 : 0))
+  const minted = await Promise.all(signers.map(async (signer, i) => {
+    const mine: Minted[] = []
+    for (let k = 0; k < shares[i]!; k++) mine.push(await one(signer))
+    return mine
+  }))
+  return minted.flat()
+}
+
+/** Portcullis, built (dist/server.js), with its client registered through the CLI and READERS users signed in through the pages. */
+async function portcullis(engine: string): Promise<Provider & { readers: { own: string[]; oauth: string[] } }> {
+  const database = await freshDatabase(engine)
+  const env = { ...limits, ...database.env }
+  const server = await start(env)
+  try {
+    const port = new URL(server.base).port
+    // The service's default PUBLIC_URL: its issuer, and the API's resource identifier.
+    const issuer = `http://localhost:${port}`
+    const api = `${server.base}/api/v1`
+    const readers = await seedReaders(api, READERS, PASSWORD)
+    const cli = execFileSync(process.execPath, ['bin/portcullis.mjs', 'clients', 'add', '--name', 'Bench', '--type', 'confidential', '--redirect-uri', REDIRECT_URI, '--first-party', '--id-token-alg', ID_TOKEN_ALG], {
+      env: { ...process.env, DATA_DIR: server.dataDir, PORT: port, REQUIRE_EMAIL_VERIFICATION: 'false', ...env },
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    })
+    const registered = JSON.parse(cli) as { client: { client_id: string }; client_secret: string }
+    const client = { client_id: registered.client.client_id, client_secret: registered.client_secret }
+    const authorize = `${issuer}/oauth/authorize`
+    const signers: OpBrowser[] = []
+    const provider: Provider = {
+      name: 'Portcullis',
+      server,
+      tokenUrl: `${server.base}/oauth/token`,
+      headers: { ...form, authorization: basic(client) },
+      // A plain authorization request drops offline_access (OpenID Connect Core 11): each code is
+      // asked for with prompt=consent, which a first-party client passes without a page (three redirects).
+      mint: (n) =>
+        mintAcross(signers, n, async (browser) => {
+          const verifier = pkce()
+          const page = await browser.go(authorizationUrl(authorize, client.client_id, verifier.challenge, { prompt: 'consent' }))
+          return { code: codeOf(page.location, `${authorize} (${page.status} at ${page.url})`), verifier: verifier.verifier }
+        }),
+      cpuMs: () => server.cpuMs() + databaseCpuMs(),
+      stop: async () => {
+        await server.stop()
+        await database.drop()
+      },
+      spare: [],
+    }
+    // Every reader signs in once through the pages; the code of that sign-in, exchanged for the
+    // API, gives the reader's OAuth access token (a JWT for {PUBLIC_URL}/api/v1).
+    const signedIn = await pool(readers, 4, async (reader) => {
+      const browser = new OpBrowser(issuer)
+      const verifier = pkce()
+      const page = await browser.go(authorizationUrl(authorize, client.client_id, verifier.challenge, { scope: `${SCOPE} watchlists:read`, prompt: 'consent' }))
+      const done = await browser.submit(formOf(page, { actionEndsWith: '/login' }), { email: reader.email, password: reader.password })
+      const tokens = await token(provider, exchangeBody({ code: codeOf(done.location, 'the sign-in'), verifier: verifier.verifier }, { resource: `${issuer}/api/v1` }))
+      if (tokens.access_token?.split('.').length !== 3) throw new Error(`bench: the exchange with resource= gave no JWT access token: ${JSON.stringify(tokens)}`)
+      return { browser, jwt: tokens.access_token }
+    })
+    signers.push(...signedIn.slice(0, SIGNERS).map((s) => s.browser))
+    return { ...provider, readers: { own: readers.map((r) => r.access_token), oauth: signedIn.map((s) => s.jwt) } }
+  } catch (error) {
+    await server.stop()
+    await database.drop()
+    throw error
+  }
+}
+
+/** Better Auth with its jwt and oauth-provider plugins (bench/peers/better-auth.ts), SIGNERS users signed up (and so signed in) over HTTP. */
+async function betterAuth(): Promise<Provider> {
+  const server = await start({ BETTER_AUTH_SECRET: randomBytes(32).toString('base64url'), BENCH_REDIRECT_URI: REDIRECT_URI, BENCH_ID_TOKEN_ALG: ID_TOKEN_ALG }, { args: peerArgs })
+  try {
+    const client = JSON.parse(readFileSync(path.join(server.dataDir, 'client.json'), 'utf8')) as PeerClient
+    const base = `${server.base}${PEER_BASE_PATH}`
+    const origin = `http://localhost:${new URL(server.base).port}`
+    const tag = randomBytes(4).toString('hex')
+    const cookies = await pool(Array.from({ length: SIGNERS }, (_, i) => i), 4, async (i) => {
+      const response = await fetch(`${base}/sign-up/email`, { method: 'POST', headers: { 'content-type': 'application/json', origin }, body: JSON.stringify({ email: `bench-${tag}-${i}@example.com`, password: PASSWORD, name: 'Bench' }) })
+      if (!response.ok) throw new Error(`bench: Better Auth's sign-up answered ${response.status}: ${await response.text()}`)
+      return response.headers.getSetCookie().map((line) => line.split(';')[0]).join('; ')
+    })
+    return {
+      name: `Better Auth ${peerVersion}`,
+      server,
+      tokenUrl: `${base}/oauth2/token`,
+      headers: { ...form, authorization: basic(client) },
+      mint: (n) =>
+        mintAcross(cookies, n, async (cookie) => {
+          const verifier = pkce()
+          const response = await fetch(authorizationUrl(`${base}/oauth2/authorize`, client.client_id, verifier.challenge), { headers: { cookie, accept: 'text/html' }, redirect: 'manual' })
+          // Node's fetch says `sec-fetch-mode: cors`, and to such a request the plugin answers its redirect as JSON.
+          const location = response.status === 200 ? ((await response.json()) as { url?: string }).url : response.headers.get('location')
+          return { code: codeOf(location, `Better Auth's authorize (${response.status})`), verifier: verifier.verifier }
+        }),
+      cpuMs: () => server.cpuMs(),
+      stop: () => server.stop(),
+      spare: [],
+    }
+  } catch (error) {
+    await server.stop()
+    throw error
+  }
+}
+
+function noteFailures(label: string, result: LoadResult): void {
+  seen.loaderCpus.add(result.loaderCpus)
+  if (result.non2xx || result.errors) seen.failures.push(`${label}: ${result.non2xx} non-2xx, ${result.errors} socket errors of ${result.ok + result.non2xx}`)
+}
+
+/** A measurement kept only if the machine was otherwise quiet during it (bench/quiet.ts); `prepare` runs before each attempt. */
+async function kept(label: string, provider: Provider, load: () => Promise<LoadResult>, prepare?: () => Promise<void>): Promise<LoadResult> {
+  const result = await undisturbed(label, provider.cpuMs, async () => {
+    const r = await load()
+    return { value: r, loaderCpuMs: r.loaderProcessCpuMs }
+  }, { prepare })
+  seen.maxOther = Math.max(seen.maxOther, result.other)
+  seen.maxSteal = Math.max(seen.maxSteal, result.steal)
+  if (result.attempts > 1) seen.repeated += result.attempts - 1
+  if (result.other > OTHER_MAX) seen.disturbed++
+  noteFailures(label, result.value)
+  const r = result.value
+  console.error(`bench: ${label}: ${r.rps} req/s, p50 ${r.p50.toFixed(2)} ms, p99 ${r.p99.toFixed(2)} ms, ${r.ok} 2xx, ${r.non2xx} non-2xx`)
+  return r
+}
+
+/**
+ * A case whose every request uses up what it sends: a warm-up batch of WARMUP_BODIES, then the
+ * measured batch, sized for SECONDS at the warm-up's rate and made just before it (again for each
+ * attempt). With `collect`, the field of each answer is kept in the provider's spare refresh tokens.
+ */
+async function oneShot(label: string, provider: Provider, bodiesFor: (n: number) => Promise<string[]>, collect?: string): Promise<LoadResult> {
+  const load = async (bodies: string[]) => {
+    const { collected, ...result } = await loadInChild({ url: provider.tokenUrl, connections: CONNECTIONS, seconds: SECONDS, method: 'POST', headers: provider.headers, bodies, ...(collect ? { collect } : {}) }, LOADER_CPUS)
+    provider.spare.push(...(collected ?? []))
+    return result
+  }
+  const warm = await load(await bodiesFor(WARMUP_BODIES))
+  noteFailures(`${label} (warm-up)`, warm)
+  // A quarter over: the warm-up is short enough for its ramp-up and tail to weigh on its rate.
+  const size = Math.max(CONNECTIONS * 2, Math.ceil(warm.rps * SECONDS * 1.25))
+  let bodies: string[] = []
+  return kept(label, provider, () => load(bodies), async () => {
+    const began = performance.now()
+    bodies = await bodiesFor(size)
+    console.error(`bench: ${label}: a batch of ${bodies.length} made in ${((performance.now() - began) / 1000).toFixed(1)} s (warm-up ${warm.rps}/s)`)
+  })
+}
+
+const codeBodies = (provider: Provider) => async (n: number) => (await provider.mint(n)).map((minted) => exchangeBody(minted))
+/**
+ * `n` refresh tokens, each from a code exchange of its own: those the code exchange case left,
+ * then as many more code exchanges as needed (made SIGNERS at a time).
+ */
+const refreshBodies = (provider: Provider) => async (n: number) => {
+  const tokens = provider.spare.splice(0, n)
+  const minted = await provider.mint(n - tokens.length)
+  const answers = await pool(minted, SIGNERS, (m) => token(provider, exchangeBody(m)))
+  return [...tokens, ...answers.map((answer) => comparable(provider, answer).refresh_token!)].map(refreshBody)
+}
+
+/** Both servers' answers carry the same: an ID token, an opaque access token and a refresh token. */
+function comparable(provider: Provider, answer: Record<string, string>): Record<string, string> {
+  const { id_token, access_token, refresh_token } = answer
+  if (!id_token || !refresh_token || !access_token || access_token.split('.').length === 3) {
+    throw new Error(`bench: ${provider.name}'s code exchange answered otherwise than expected: ${JSON.stringify(answer)}`)
+  }
+  return answer
+}
+
+interface GrantRun { exchange: LoadResult; refresh: LoadResult }
+interface PortcullisRun extends GrantRun { ownRead: LoadResult; oauthRead: LoadResult }
+
+async function grants(label: string, provider: Provider): Promise<GrantRun> {
+  const [first] = await provider.mint(1)
+  provider.spare.push(comparable(provider, await token(provider, exchangeBody(first!))).refresh_token!)
+  const exchange = await oneShot(`${label} code exchange`, provider, codeBodies(provider), 'refresh_token')
+  const refresh = await oneShot(`${label} refresh grant`, provider, refreshBodies(provider))
+  return { exchange, refresh }
+}
+
+async function portcullisRun(engine: string, round: number): Promise<PortcullisRun> {
+  const provider = await portcullis(engine)
+  try {
+    const label = `${engine} Portcullis`
+    const reads = async (name: string, tokens: string[]) => {
+      const spec: LoadSpec = { url: `${provider.server.base}/api/v1/watchlists`, connections: CONNECTIONS, seconds: SECONDS, tokens }
+      if (WARMUP > 0) await loadInChild({ ...spec, seconds: WARMUP }, LOADER_CPUS)
+      return kept(`${label} GET /watchlists, ${name}`, provider, () => loadInChild(spec, LOADER_CPUS))
+    }
+    // The reads first, while every token is fresh; their order alternates from round to round.
+    const order = round % 2 === 0 ? (['own', 'oauth'] as const) : (['oauth', 'own'] as const)
+    const read: Partial<Record<'own' | 'oauth', LoadResult>> = {}
+    for (const kind of order) read[kind] = await reads(kind === 'own' ? "Portcullis's own token" : 'OAuth JWT', provider.readers[kind])
+    return { ...(await grants(label, provider)), ownRead: read.own!, oauthRead: read.oauth! }
+  } finally {
+    await provider.stop()
+  }
+}
+
+async function betterAuthRun(): Promise<GrantRun> {
+  const provider = await betterAuth()
+  try {
+    return await grants(`sqlite Better Auth`, provider)
+  } finally {
+    await provider.stop()
+  }
+}
+
+async function engineRun(engine: string) {
+  const runs = { portcullis: [] as PortcullisRun[], betterAuth: [] as GrantRun[] }
+  const slots = engine === 'sqlite' ? (['betterAuth', 'portcullis'] as const) : (['portcullis'] as const)
+  for (let round = 0; round < ROUNDS; round++) {
+    for (let i = 0; i < slots.length; i++) {
+      const slot = slots[(i + round) % slots.length]!
+      console.error(`bench: ${engine} round ${round + 1} of ${ROUNDS}: ${slot}`)
+      if (slot === 'portcullis') runs.portcullis.push(await portcullisRun(engine, round))
+      else runs.betterAuth.push(await betterAuthRun())
+    }
+  }
+  return { engine, ...runs }
+}
+
+type EngineResult = Awaited<ReturnType<typeof engineRun>>
+
+function rows(r: EngineResult): string[] {
+  const { engine, portcullis: ours, betterAuth: peer } = r
+  const stats = (results: LoadResult[]) => `${median(results.map((x) => x.rps))} | ${median(results.map((x) => x.p50)).toFixed(2)} | ${median(results.map((x) => x.p99)).toFixed(2)}`
+  const times = (x: number) => `x${x.toFixed(2)}`
+  const ratio = (values: number[]) => `${times(median(values))} (${times(Math.min(...values))}-${times(Math.max(...values))})`
+  const row = (...cells: string[]) => `| ${[...cells, date, commit].join(' | ')} |`
+  const out: string[] = []
+  const peerName = `Better Auth ${peerVersion}`
+  for (const [name, pick, peerPath] of [
+    ['code exchange: POST /oauth/token, authorization_code, each code once', (x: GrantRun) => x.exchange, 'POST /api/auth/oauth2/token, authorization_code'],
+    ['refresh grant: POST /oauth/token, refresh_token, each token once', (x: GrantRun) => x.refresh, 'POST /api/auth/oauth2/token, refresh_token'],
+  ] as const) {
+    if (peer.length) {
+      const ratios = ours.map((run, i) => pick(run).rps / pick(peer[i]!).rps)
+      out.push(row(`${peerName} oauth-provider: ${peerPath}`, engine, stats(peer.map(pick)), 'baseline', ''))
+      out.push(row(`Portcullis ${name}`, engine, stats(ours.map(pick)), `${ratio(ratios)} of Better Auth's req/s`, `ahead of Better Auth: ${median(ratios) > 1 ? 'met' : 'not met'}`))
+    } else {
+      out.push(row(`Portcullis ${name}`, engine, stats(ours.map(pick)), '', 'Better Auth runs on SQLite only'))
+    }
+  }
+  const readRatios = ours.map((run) => run.oauthRead.rps / run.ownRead.rps)
+  out.push(row(`GET /api/v1/watchlists, Portcullis's own access token (${READERS} users)`, engine, stats(ours.map((x) => x.ownRead)), 'baseline', ''))
+  out.push(row(`GET /api/v1/watchlists, OAuth JWT access token (${READERS} users)`, engine, stats(ours.map((x) => x.oauthRead)), `${ratio(readRatios)} of own-token req/s`, `within 10% (>= x0.90): ${median(readRatios) >= 0.9 ? 'met' : 'not met'}`))
+  return out
+}
+
+const placement = (asked: string | undefined, role: string) => (asked ? `${role} pinned to core(s) ${asked}` : `${role} unpinned (cores ${allowedCpus()})`)
+console.log([
+  `npm run bench:provider, ${new Date().toISOString().slice(0, 16)}Z, ${commit}; Node ${process.version}, ${os.cpus()[0]?.model ?? 'unknown CPU'}, ${os.cpus().length} cores; load average ${os.loadavg()[0]!.toFixed(2)} at the start`,
+  `- loader: autocannon ${autocannonVersion} in a process of its own for every measurement (bench/load.ts), ${CONNECTIONS} connections for every case`,
+  `- one-shot cases: each code and refresh token sent once (the loader's bodies); codes minted just before the measurement through ${SIGNERS} signed-in sessions, refresh tokens from the code exchanges (the case's own, then more as needed); a warm-up batch of ${WARMUP_BODIES}, then a batch sized for ${SECONDS} s at the warm-up's rate`,
+  `- reads: ${SECONDS} s measured after ${WARMUP} s of warm-up, rotating through ${READERS} users' tokens; the order own/OAuth alternates by round`,
+  `- client: confidential, client_secret_basic, PKCE S256, consent skipped (Portcullis first_party, Better Auth skip_consent); scope "${SCOPE}": ID token (${ID_TOKEN_ALG}), opaque access token and refresh token on both sides`,
+  `- Portcullis: node ${startArgs().join(' ')} (npm start's command), LOG_LEVEL=${LOG_LEVEL}, the log to /dev/null; ${ENGINES.join(' and ')}`,
+  `- Better Auth: better-auth ${peerVersion} + jwt + @better-auth/oauth-provider ${peerVersion}: node ${peerArgs.join(' ')}, SQLite (better-sqlite3, WAL, synchronous=FULL), rate limit off`,
+  `- cores: ${placement(SERVER_CPUS, 'server')}, ${placement(LOADER_CPUS, 'loader')}; ${ROUNDS} rounds, a fresh server (and PostgreSQL database) each run, order rotating`,
+  '',
+].join('\n'))
+
+const began = performance.now()
+const results: EngineResult[] = []
+try {
+  for (const engine of ENGINES) results.push(await engineRun(engine))
+} finally {
+  if (cluster) spawnSync('scripts/pg-throwaway.sh', ['stop', cluster])
+}
+console.log([
+  `- observed: server cores ${[...seen.serverCpus].join(', ')}; loader cores ${[...seen.loaderCpus].join(', ')}; other processes at most ${percent(Math.max(0, seen.maxOther))} of a core during a kept measurement (${seen.repeated} measured again, ${seen.disturbed} kept over ${percent(OTHER_MAX)}); steal at most ${percent(seen.maxSteal)}`,
+  `- failed requests: ${seen.failures.length ? seen.failures.join('; ') : 'none'}`,
+  `- the whole run took ${((performance.now() - began) / 60_000).toFixed(1)} minutes, the waits for a quiet machine included`,
+  '',
+  '| case | engine | req/s | p50 ms | p99 ms | ratio | goal (issue 31) | date | commit |',
+  '|---|---|---|---|---|---|---|---|---|',
+  ...results.flatMap(rows),
+].join('\n'))
