@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto'
+import { createCipheriv, createDecipheriv, randomBytes, createSecretKey, type KeyObject } from 'node:crypto'
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import path from 'node:path'
 
@@ -31,8 +31,12 @@ export function decodeKek(value: string): Buffer | null {
  * Format: `enc:v1:` + base64url(iv) + `.` + base64url(ciphertext) + `.` + base64url(tag).
  */
 export class KeySealer {
-  constructor(private readonly kek: Buffer) {
+  /** Imported once: a Buffer key is imported again by every cipher made with it (about 25 us each on Node 24). */
+  private readonly kek: KeyObject
+
+  constructor(kek: Buffer) {
     if (kek.length !== KEY_BYTES) throw new Error('a key-encryption key is 32 bytes')
+    this.kek = createSecretKey(kek)
   }
 
   static isSealed(value: string): boolean {

@@ -1,4 +1,4 @@
-import { createHmac } from 'node:crypto'
+import { createHmac, createSecretKey, type KeyObject } from 'node:crypto'
 import type { KeySealer } from '../auth/key-encryption.ts'
 import { publishChanges } from '../changes/feed.ts'
 import type { Clock } from '../clock.ts'
@@ -7,7 +7,7 @@ import { isUuid } from '../text.ts'
 import { records, type RecordRow } from './store.ts'
 
 /** The keyed hash every identifier is stored under; a grant's (`grant`) is also its JWT access tokens' reference. */
-export function keyedHash(key: Buffer, kind: string, value: string): string {
+export function keyedHash(key: Buffer | KeyObject, kind: string, value: string): string {
   return createHmac('sha256', key).update(`${kind}:${value}`).digest('base64url')
 }
 
@@ -40,8 +40,8 @@ export interface AdapterDeps {
   db: Db
   clock: Clock
   sealer: KeySealer
-  /** Keys the hashes every identifier is stored under. */
-  hmacKey: Buffer
+  /** Keys the hashes every identifier is stored under (imported once: a Buffer is imported again at every HMAC). */
+  hmacKey: KeyObject
   /** The state of the request under way (the library's async-local context), if any. */
   current: () => RequestState | undefined
   /** Whether a Portcullis session is live: a provider session whose Portcullis session ended is gone. */
@@ -245,6 +245,7 @@ function sidsOf(payload: Payload): [string, string][] {
 }
 
 /** The adapter as the library takes it: a function from a model's name to its storage. */
-export function adapterFactory(deps: AdapterDeps): (model: string) => PortcullisAdapter {
-  return (model) => new PortcullisAdapter(model, deps)
+export function adapterFactory(deps: Omit<AdapterDeps, 'hmacKey'> & { hmacKey: Buffer }): (model: string) => PortcullisAdapter {
+  const shared: AdapterDeps = { ...deps, hmacKey: createSecretKey(deps.hmacKey) }
+  return (model) => new PortcullisAdapter(model, shared)
 }

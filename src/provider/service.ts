@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks'
+import { createSecretKey, type KeyObject } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { KoaContextWithOIDC, Provider } from 'oidc-provider'
 import type { RequestContext } from '../audit/events.ts'
@@ -83,8 +84,11 @@ export class ProviderService {
   private library: Library | null = null
   /** Back-Channel Logout notices, through the shared durable queue (src/provider/logouts.ts). */
   readonly logouts: BackchannelLogouts
+  /** The grant references' key, imported once (the adapter imports its own copy the same way). */
+  private readonly hmacKey: KeyObject
 
   constructor(private readonly deps: ProviderServiceDeps) {
+    this.hmacKey = createSecretKey(deps.hmacKey)
     this.logouts = new BackchannelLogouts(deps.db, deps.clock, deps.logger, deps.metrics, (row) => this.deliverLogout(row))
     deps.keys.onChange(() => {
       // The next request builds a provider on the new key set; one under way finishes on the old.
@@ -94,7 +98,7 @@ export class ProviderService {
 
   /** The keyed hash a grant is stored under, and the reference its JWT access tokens carry. */
   grantReference(grantId: string): string {
-    return keyedHash(this.deps.hmacKey, 'grant', grantId)
+    return keyedHash(this.hmacKey, 'grant', grantId)
   }
 
   private async build(previous?: Promise<Loaded>): Promise<Loaded> {
