@@ -93,6 +93,25 @@ for (const engine of ENGINES) {
       assert.equal((await linkPage(again.token)).statusCode, 400, 'the link is used')
     })
 
+    test('refusals: an expired code, a login code replayed, two right codes at once (one session), a link token as a code', async () => {
+      const user = await registerVerifyLogin(t)
+      const expired = await start(user.email)
+      t.clock.advance(601)
+      assert.equal((await verify(user.email, expired.code)).statusCode, 401, 'ten minutes')
+      assert.equal((await linkPage(expired.token)).statusCode, 400, 'the link expired with it')
+
+      const raced = await start(user.email)
+      const both = await Promise.all([verify(user.email, raced.code), verify(user.email, raced.code)])
+      assert.deepEqual(both.map((answer) => answer.statusCode).sort(), [200, 401], 'of two at once, one signs in')
+
+      const linked = await start(user.email, { redirect_to: `${APP}/signed-in` })
+      assert.equal((await verify(user.email, linked.token)).statusCode, 401, 'the link token is not a code')
+      const loginCode = new URL(String((await pressLink(linked.token, linked.cookie)).headers.location)).searchParams.get('code')!
+      const exchange = () => t.app.inject({ method: 'POST', url: `${t.base}/auth/email/exchange`, headers: { 'content-type': 'application/json', cookie: `portcullis_email=${linked.cookie}` }, payload: JSON.stringify({ code: loginCode }) })
+      assert.equal((await exchange()).statusCode, 200)
+      assert.equal((await exchange()).statusCode, 401, 'a login code opens one session')
+    })
+
     test('a start with a code_challenge: the login code is exchanged only with its verifier', async () => {
       const user = await registerVerifyLogin(t)
       const verifier = randomBytes(32).toString('base64url')

@@ -810,11 +810,17 @@ for (const engine of ENGINES) {
       for (const kid of [before, after]) assert.ok(published.includes(kid!), `${kid} is published`)
     })
 
-    test('23. a client_credentials token (no user) is refused by the watchlists API; a resource other than the API is invalid_target', async () => {
+    test('23. a client_credentials token (no user) and an ID token are refused by the watchlists API; a resource other than the API is invalid_target', async () => {
       const { clientId, secret } = await register({ name: 'Back office', type: 'confidential', grant_types: ['client_credentials'], redirect_uris: [] })
       const config = rp(clientId, client.ClientSecretBasic(secret!))
       const machine = await client.clientCredentialsGrant(config, { resource: api, scope: 'watchlists:read' })
       assert.equal(decodeJwt(machine.access_token).sub, clientId, 'a token about the client, not a user')
+      // A token of another purpose is no access token: an ID token on the API is refused.
+      const user = await registerVerifyLogin(t)
+      const { clientId: webId } = await register({ name: 'Purpose app' })
+      const idToken = (await grantFor(rp(webId), user)).tokens.id_token!
+      assert.equal((await t.get('/watchlists', idToken)).statusCode, 401)
+      assert.equal((await t.get('/auth/me', idToken)).statusCode, 401)
       const refused = await t.get('/watchlists', machine.access_token)
       assert.equal(refused.statusCode, 401)
       assert.equal(refused.json().error.code, 'INVALID_TOKEN')
