@@ -28,6 +28,8 @@ input[aria-invalid=true]{border-color:#b91c1c}
 button{display:inline-block;width:100%;padding:.75rem 1rem;border:0;border-radius:.375rem;background:#1d4ed8;color:#fff;font:inherit;font-weight:700;cursor:pointer}
 button:hover{background:#1e40af}
 button:focus{outline:3px solid #93c5fd;outline-offset:2px}
+form:has(> button.secondary:only-child){margin-top:0}
+.error:empty{display:none}
 button.secondary{margin-top:.75rem;background:#fff;color:#1d4ed8;border:1px solid #1d4ed8}
 button.secondary:hover{background:#eff6ff}
 ul{margin:0 0 1rem;padding-left:1.25rem}
