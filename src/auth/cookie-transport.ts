@@ -2,6 +2,7 @@ import type { FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import Type from 'typebox'
 import { AppError } from '../errors.ts'
 import { REFRESH_TTL_SECONDS } from './tokens.ts'
+import { cookieValues } from '../http/request.ts'
 
 /**
  * Browser sessions (API.md, "Browser sessions"): with `X-Token-Transport: cookie` the refresh token
@@ -75,14 +76,7 @@ export class CookieTransport {
 
   /** Every value the Cookie header carries under this transport's name, in the order sent. */
   private values(request: FastifyRequest): string[] {
-    const header = request.headers.cookie
-    if (typeof header !== 'string') return []
-    const values: string[] = []
-    for (const pair of header.split(';')) {
-      const separator = pair.indexOf('=')
-      if (separator !== -1 && pair.slice(0, separator).trim() === this.name) values.push(pair.slice(separator + 1).trim())
-    }
-    return values
+    return cookieValues(request, this.name)
   }
 
   /**

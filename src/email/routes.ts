@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Accepted, LoggedIn } from '../auth/schemas.ts'
 import { TransportHeaders, type CookieTransport } from '../auth/cookie-transport.ts'
 import { limitByIp } from '../http/ratelimit.ts'
-import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
+import { AUTH_BODY_LIMIT, cookieValues, requestContext } from '../http/request.ts'
 import { ok } from '../http/schemas.ts'
 import type { Limits } from '../limits/limits.ts'
 import { emailPages } from '../pages/email.ts'
@@ -19,11 +19,7 @@ const tags = ['email']
 export const EMAIL_COOKIE = 'portcullis_email'
 
 function emailCookieOf(request: FastifyRequest): string | undefined {
-  for (const part of (request.headers.cookie ?? '').split(';')) {
-    const [name, ...value] = part.trim().split('=')
-    if (name === EMAIL_COOKIE) return value.join('=')
-  }
-  return undefined
+  return cookieValues(request, EMAIL_COOKIE)[0]
 }
 
 /** HttpOnly, SameSite=Lax (the link opens as a top-level navigation), path /, for the sign-in's 10 minutes. */

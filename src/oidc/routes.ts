@@ -5,7 +5,7 @@ import { LoggedIn } from '../auth/schemas.ts'
 import { TransportHeaders } from '../auth/cookie-transport.ts'
 import { principalOf } from '../http/bearer.ts'
 import { limitByIp } from '../http/ratelimit.ts'
-import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
+import { AUTH_BODY_LIMIT, cookieValues, requestContext } from '../http/request.ts'
 import { ok } from '../http/schemas.ts'
 import type { Limits } from '../limits/limits.ts'
 import { PAGE_CSP } from '../pages/style.ts'
@@ -26,13 +26,7 @@ export interface OidcRouteOptions {
 }
 
 export function flowCookieOf(request: FastifyRequest): string | undefined {
-  const header = request.headers.cookie
-  if (typeof header !== 'string') return undefined
-  for (const part of header.split(';')) {
-    const [name, ...value] = part.trim().split('=')
-    if (name === FLOW_COOKIE) return value.join('=')
-  }
-  return undefined
+  return cookieValues(request, FLOW_COOKIE)[0]
 }
 
 /** HttpOnly, SameSite=Lax (it must come along on the provider's top-level redirect back), scoped to the OIDC routes. */

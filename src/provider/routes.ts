@@ -13,7 +13,7 @@ import type { Html } from '../html.ts'
 import { logServerError, toAppError } from '../http/errors.ts'
 import { pathOf } from '../http/security.ts'
 import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
-import { requestContext } from '../http/request.ts'
+import { cookieValues, requestContext } from '../http/request.ts'
 import type { Limits } from '../limits/limits.ts'
 import { AssertionCredential } from '../mfa/schemas.ts'
 import type { MfaService } from '../mfa/service.ts'
@@ -282,7 +282,7 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
     pages.get<{ Params: { uid: string }; Querystring: { code?: string; error?: string } }>('/oauth/interaction/:uid/federated', { onRequest: limitByIp(limits, 'login') }, async (request, reply) => {
       const interaction = await details(request, reply)
       if (!interaction || interaction.uid !== request.params.uid || interaction.prompt.name !== 'login') return expired(reply)
-      const verifier = /(?:^|;\s*)portcullis_op_upstream=([A-Za-z0-9_-]+)/.exec(request.headers.cookie ?? '')?.[1]
+      const verifier = cookieValues(request, FEDERATED_COOKIE)[0]
       const code = typeof request.query.code === 'string' ? request.query.code : ''
       try {
         if (!code || !verifier) throw new AppError('INVALID_CREDENTIALS')
