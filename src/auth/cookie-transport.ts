@@ -80,6 +80,17 @@ export class CookieTransport {
   }
 
   /**
+   * A sign-in route's whole answer: the transport the request asks for (its origin checked first
+   * for cookie mode, before any credential is), the sign-in run with it, and the login body
+   * answered as that transport wants it.
+   */
+  async signIn<T extends { refresh_token: string }>(request: FastifyRequest, reply: FastifyReply, run: (transport: 'body' | 'cookie') => Promise<T>): Promise<T | Omit<T, 'refresh_token'>> {
+    const cookieMode = this.requested(request)
+    if (cookieMode) this.assertOriginAllowed(request)
+    return this.answerLogin(request, reply, await run(cookieMode ? 'cookie' : 'body'), cookieMode)
+  }
+
+  /**
    * The login body, as every sign-in answers it: the seed's body, or with the cookie transport the
    * same less the refresh token, which goes into the cookie (from an allowed origin only).
    */

@@ -66,11 +66,8 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
       response: { 200: LoggedIn },
     },
   }, async (request, reply) => {
-    const cookieMode = cookies.requested(request)
-    if (cookieMode) cookies.assertOriginAllowed(request)
-    const tokens = await auth.login(request.body, requestContext(request), cookieMode ? 'cookie' : 'body')
     // The refresh token goes where script cannot read it; the body keeps the seed's other fields.
-    return ok(cookies.answerLogin(request, reply, tokens, cookieMode))
+    return ok(await cookies.signIn(request, reply, (transport) => auth.login(request.body, requestContext(request), transport)))
   })
 
   app.post('/auth/refresh', {

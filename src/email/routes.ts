@@ -49,10 +49,7 @@ export async function publicEmailRoutes(fastify: FastifyInstance, email: EmailSi
     onRequest: limitByIp(limits, 'login'),
     schema: { tags, operationId: 'verifyEmailCode', headers: TransportHeaders, body: VerifyBody, response: { 200: LoggedIn } },
   }, async (request, reply) => {
-    const cookieMode = cookies.requested(request)
-    if (cookieMode) cookies.assertOriginAllowed(request)
-    const body = await email.verify(request.body, cookieMode ? 'cookie' : 'body', requestContext(request))
-    return ok(cookies.answerLogin(request, reply, body, cookieMode))
+    return ok(await cookies.signIn(request, reply, (transport) => email.verify(request.body, transport, requestContext(request))))
   })
 
   app.post('/auth/email/exchange', {
@@ -60,10 +57,8 @@ export async function publicEmailRoutes(fastify: FastifyInstance, email: EmailSi
     onRequest: limitByIp(limits, 'login'),
     schema: { tags, operationId: 'completeEmailLink', headers: TransportHeaders, body: ExchangeBody, response: { 200: LoggedIn } },
   }, async (request, reply) => {
-    const cookieMode = cookies.requested(request)
-    if (cookieMode) cookies.assertOriginAllowed(request)
-    const body = await email.exchange({ code: request.body.code, codeVerifier: request.body.code_verifier, browserCookie: emailCookieOf(request) }, cookieMode ? 'cookie' : 'body', requestContext(request))
-    return ok(cookies.answerLogin(request, reply, body, cookieMode))
+    const proof = { code: request.body.code, codeVerifier: request.body.code_verifier, browserCookie: emailCookieOf(request) }
+    return ok(await cookies.signIn(request, reply, (transport) => email.exchange(proof, transport, requestContext(request))))
   })
 }
 

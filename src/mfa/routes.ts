@@ -52,10 +52,8 @@ export async function publicMfaRoutes(fastify: FastifyInstance, mfa: MfaService,
     onRequest: asLogin,
     schema: { tags, operationId: 'loginWithPasskey', headers: TransportHeaders, body: PasskeyLoginBody, response: { 200: LoggedIn } },
   }, async (request, reply) => {
-    const cookieMode = cookies.requested(request)
-    if (cookieMode) cookies.assertOriginAllowed(request)
-    const body = await mfa.loginWithPasskey(request.body, requestContext(request))
-    return ok(cookies.answerLogin(request, reply, body, cookieMode))
+    // A passkey login has no second step: the transport only shapes the answer.
+    return ok(await cookies.signIn(request, reply, () => mfa.loginWithPasskey(request.body, requestContext(request))))
   })
 
   app.post('/auth/mfa/verify', {

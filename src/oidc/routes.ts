@@ -75,13 +75,10 @@ export async function publicOidcRoutes(fastify: FastifyInstance, oidc: OidcServi
     onRequest: limitByIp(limits, 'login'),
     schema: { tags, operationId: 'exchangeOidcCode', headers: TransportHeaders, body: ExchangeBody, response: { 200: LoggedIn } },
   }, async (request, reply) => {
-    const cookieMode = cookies.requested(request)
-    if (cookieMode) cookies.assertOriginAllowed(request)
     // The flow cookie's path covers this route, so a same-site application's exchange carries it:
     // the proof for a flow started without a code_challenge.
     const exchange = { code: request.body.code, codeVerifier: request.body.code_verifier, browser: flowCookieOf(request) }
-    const body = await oidc.exchange(exchange, cookieMode ? 'cookie' : 'body', requestContext(request))
-    return ok(cookies.answerLogin(request, reply, body, cookieMode))
+    return ok(await cookies.signIn(request, reply, (transport) => oidc.exchange(exchange, transport, requestContext(request))))
   })
 }
 
