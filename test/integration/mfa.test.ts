@@ -273,6 +273,31 @@ for (const engine of ENGINES) {
       assert.equal((await t.post('/auth/mfa/recovery-codes', undefined, access)).statusCode, 200)
     })
 
+    test('a refused verify or step-up body says what is wrong, once per problem, not once per branch of the union', async () => {
+      const user = await registerVerifyLogin(t, uniqueEmail('mfa-body'))
+      const details = async (response: Promise<LightMyRequestResponse>) => {
+        const answered = await response
+        assert.equal(answered.statusCode, 400, answered.body)
+        assert.equal(code(answered), 'VALIDATION_ERROR')
+        return answered.json().error.details
+      }
+      const methods = 'must be one of totp, recovery_code, passkey'
+      assert.deepEqual(await details(verify({ mfa_token: 'x', method: 'sms', code: '123456' })), [{ field: 'method', message: methods }])
+      assert.deepEqual(await details(verify({ mfa_token: 'x', method: 'totp' })), [{ field: 'code', message: 'is required' }])
+      assert.deepEqual(await details(verify({ mfa_token: 'x', method: 'passkey', code: '123456' })), [
+        { field: 'credential', message: 'is required' },
+        { field: 'code', message: 'is not allowed' },
+      ])
+      assert.deepEqual(await details(verify({})), [
+        { field: 'method', message: 'is required' },
+        { field: 'mfa_token', message: 'is required' },
+      ])
+      const empty = t.app.inject({ method: 'POST', url: `${t.base}/auth/mfa/verify`, headers: { 'content-type': 'application/json' } })
+      assert.deepEqual(await details(empty), [{ field: 'body', message: 'must be object' }])
+      assert.deepEqual(await details(t.post('/auth/mfa/step-up', { method: 'sms', code: '123456' }, user.access_token)), [{ field: 'method', message: methods }])
+      assert.deepEqual(await details(t.post('/auth/mfa/step-up', { method: 'recovery_code' }, user.access_token)), [{ field: 'code', message: 'is required' }])
+    })
+
     test('no bypass: a password reset keeps the factor and signs nobody in; sessions from before enrolment stay aal1 until they step up', async () => {
       const user = await registerVerifyLogin(t, uniqueEmail('bypass'))
       const older = (await login(user.email)).json().data
