@@ -19,6 +19,7 @@ import { emailPageRoutes, publicEmailRoutes } from './email/routes.ts'
 import { protectedMfaRoutes, publicMfaRoutes, recentSecondFactor } from './mfa/routes.ts'
 import { protectedOidcRoutes, publicOidcRoutes } from './oidc/routes.ts'
 import { pageRoutes } from './pages/routes.ts'
+import { profilePageRoutes, protectedProfileRoutes } from './profile/routes.ts'
 import { advertiseResourceMetadata, resourceMetadataUrl } from './provider/resource.ts'
 import { protectedProviderRoutes, providerRoutes } from './provider/routes.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
@@ -173,6 +174,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand, ownOrigin: new URL(config.publicUrl).origin })
   // The e-mailed sign-in link's page, beside them (src/email/).
   await app.register(emailPageRoutes, { email: services.email, limits, brand, ownOrigin: new URL(config.publicUrl).origin })
+  // The change-of-address link's page, beside them (src/profile/).
+  await app.register(profilePageRoutes, { profile: services.profile, brand, ownOrigin: new URL(config.publicUrl).origin })
   // Portcullis as an OpenID provider: the library's endpoints under /oauth/, and its pages (src/provider/).
   await app.register(providerRoutes, {
     provider: services.provider, clients: services.clients, auth, mfa, lifecycle, limits, hasher, brand,
@@ -200,6 +203,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
         await protectedAuthRoutes(scope, auth)
         await protectedLifecycleRoutes(scope, lifecycle, hasher, cookies, recent)
         await dataRightsRoutes(scope, dataRights, limits, hasher, cookies, recent)
+        // The user's name and address (src/profile/).
+        await protectedProfileRoutes(scope, { profile: services.profile, auth, limits, hasher, recent })
         await protectedMfaRoutes(scope, mfa, limits, recent)
         await protectedOidcRoutes(scope, oidc, recent, oidcRoutes)
         // The apps the user approved through the OpenID provider (src/provider/).

@@ -8,6 +8,7 @@ import { MAIL_RECORD_KEEP_MS } from './mail/queue.ts'
 import { ceremonies, challenges } from './mfa/store.ts'
 import { deleteExpiredLoginCodes } from './auth/login-codes.ts'
 import { signIns } from './email/store.ts'
+import { emailChanges } from './profile/store.ts'
 import { flows } from './oidc/store.ts'
 import { pruneLogoutDeliveries } from './provider/logouts.ts'
 import { records } from './provider/store.ts'
@@ -114,6 +115,7 @@ export class Retention {
         for (const table of [oneTimeTokens, challenges, ceremonies, flows]) deleted += await table.deleteExpired(kysely, ended, limit)
         deleted += await deleteExpiredLoginCodes(kysely, ended, limit)
         deleted += await signIns.deleteExpired(kysely, ended, limit)
+        deleted += await emailChanges.deleteExpired(kysely, ended, limit)
         return deleted
       }),
       mail: await this.drain((limit) => outbox.deleteClosed(kysely, now - MAIL_RECORD_KEEP_MS, limit)),

@@ -42,6 +42,7 @@ import { libraryPages } from './pages/provider.ts'
 import { ResourceTokens } from './provider/resource.ts'
 import { endProviderGrants, endProviderSessions } from './provider/logouts.ts'
 import { ProviderService } from './provider/service.ts'
+import { ProfileService } from './profile/service.ts'
 import { Retention } from './retention.ts'
 import { WatchlistService } from './watchlists/service.ts'
 
@@ -84,6 +85,8 @@ export interface AppServices {
   oidc: OidcService
   /** Sign-in with an e-mailed code or link (src/email/). */
   email: EmailSignIn
+  /** The user's name and address (src/profile/). */
+  profile: ProfileService
   lifecycle: LifecycleService
   accounts: AccountService
   dataRights: DataRights
@@ -225,6 +228,11 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     redirectOrigins: config.oidc.redirectOrigins,
     signup: config.emailSignup,
   })
+  const profile = new ProfileService({
+    db, clock, hasher, limits, mailQueue, lifecycle, brand,
+    confirmUrl: `${config.publicUrl}/confirm-email-change?token=`,
+    recentMs: config.mfaStepUpMs,
+  })
   const clients = new ClientRegistry({ db, clock, sealer })
   const resourceTokens = new ResourceTokens({ db, keys: infra.keys, gate, clock, sessions, issuer: config.provider.issuer, resource: config.audience })
   const provider = new ProviderService({
@@ -242,7 +250,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc, apps: provider })
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider)
-  return { tokens, auth, mfa, oidc, email, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
+  return { tokens, auth, mfa, oidc, email, profile, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {

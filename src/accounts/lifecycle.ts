@@ -76,6 +76,14 @@ export class LifecycleService {
   }
 
   /**
+   * Ends every session of the account but `keep`, as a change of credentials does, with the
+   * caller's writes in the same transaction (a change of address, src/profile/). Returns the ids.
+   */
+  async endOtherSessions(userId: string, keep: string, audit: { type: AuditType; context: RequestContext }, alsoInTransaction: (trx: Db['kysely']) => Promise<void>): Promise<string[]> {
+    return this.revokeSessions(userId, { except: keep }, audit, alsoInTransaction)
+  }
+
+  /**
    * Accepts any refresh token this service signed, even expired or already revoked (logout must
    * always be possible and is idempotent); a token it did not sign is refused.
    */

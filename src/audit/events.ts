@@ -53,6 +53,9 @@ export const AUDIT_TYPES = [
   'client.updated',
   'client.removed',
   'client.secret_rotated',
+  'profile.updated',
+  'email.change_requested',
+  'email.changed',
 ] as const
 
 export type AuditType = (typeof AUDIT_TYPES)[number]

@@ -21,6 +21,7 @@ import * as m0013 from './migrations/0013_sign_in_bindings.ts'
 import * as m0014 from './migrations/0014_provider.ts'
 import * as m0015 from './migrations/0015_login_codes.ts'
 import * as m0016 from './migrations/0016_email_sign_in.ts'
+import * as m0017 from './migrations/0017_email_changes.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -209,6 +210,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0014_provider': m0014,
     '0015_login_codes': m0015,
     '0016_email_sign_in': m0016,
+    '0017_email_changes': m0017,
   }
 }
 

@@ -118,7 +118,7 @@ export interface ApiKeysTable {
   last_used_at: number | null
 }
 
-export type MailKind = 'verification' | 'password_reset' | 'security_notice' | 'sign_in_code'
+export type MailKind = 'verification' | 'password_reset' | 'security_notice' | 'sign_in_code' | 'email_change'
 
 export interface MailOutboxTable {
   id: string
@@ -331,6 +331,20 @@ export interface EmailSignInsTable {
   used_at: number | null
 }
 
+/** A change of address waiting for its link to be used (migration 0017). */
+export interface EmailChangesTable {
+  /** SHA-256 of the mailed link's token. */
+  token_hash: string
+  user_id: string
+  /** The normalised address the account moves to. */
+  new_email: string
+  /** The session that asked: kept when the change happens, every other one ends. */
+  session_id: string
+  created_at: number
+  expires_at: number
+  used_at: number | null
+}
+
 export interface Database {
   users: UsersTable
   sessions: SessionsTable
@@ -354,4 +368,5 @@ export interface Database {
   op_records: OpRecordsTable
   op_logout_deliveries: OpLogoutDeliveriesTable
   email_sign_ins: EmailSignInsTable
+  email_changes: EmailChangesTable
 }

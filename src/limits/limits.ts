@@ -99,6 +99,16 @@ export class Limits {
   }
 
   /**
+   * The same per-address count, for a caller who is signed in and asks for mail to an address of
+   * their choosing (a change of address): over the limit, RATE_LIMITED, since that caller learns
+   * nothing about other accounts from it and must not wait for a mail that is never sent.
+   */
+  async assertMailAllowed(email: string): Promise<void> {
+    const { allowed, state } = await this.count(`mail:${addressKey(email)}`, this.settings.mailPerAddressPerHour, HOUR)
+    if (!allowed) throw rateLimited(state, state.resetSeconds)
+  }
+
+  /**
    * Failed API keys per client IP: only failures count (an operator's tool making many good calls
    * is never slowed); past the limit every key is refused until the window ends, good or not.
    */

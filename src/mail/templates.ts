@@ -129,3 +129,18 @@ export function signInCodeMail(brand: MailBrand, to: string, link: string, code:
     outro: 'If it was not you, ignore this message: nobody can sign in without it.',
   })
 }
+
+/** A change of address (docs/profile.md): the link goes to the new address, which it proves. */
+export function emailChangeMail(brand: MailBrand, to: string, link: string, token: string): MailMessage {
+  return actionMail(brand, {
+    to,
+    subject: 'Confirm your new e-mail address',
+    intro: `Someone asked to use this address for their ${brand.appName} account.`,
+    action: 'Use this address',
+    lead: 'Open this link to confirm the change (it works once, for 24 hours)',
+    link,
+    codeLabel: 'The confirmation code in the link',
+    token,
+    outro: 'If it was not you, ignore this message: nothing changes without the link.',
+  })
+}

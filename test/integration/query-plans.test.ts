@@ -15,7 +15,7 @@ import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.t
 const PLANS_URL = 'http://localhost:4000'
 
 /** The tables that grow with users: a statement may reach them only through an index range. */
-const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed', 'mfa_factors', 'mfa_recovery_codes', 'mfa_challenges', 'op_records', 'op_logout_deliveries', 'email_sign_ins', 'login_codes'])
+const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed', 'mfa_factors', 'mfa_recovery_codes', 'mfa_challenges', 'op_records', 'op_logout_deliveries', 'email_sign_ins', 'login_codes', 'email_changes'])
 
 /**
  * Drives every operation of the published API (checked against /openapi.json, so a new route that
@@ -75,6 +75,12 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
   await call('POST', `${api}/auth/reset-password`, { body: { token: resetToken, password: 'a second passphrase' } })
   const again = (await t.post('/auth/login', { email, password: 'a second passphrase' })).json().data
   await call('POST', `${api}/auth/change-password`, { token: again.access_token, body: { current_password: 'a second passphrase', new_password: PASSWORD } })
+  await call('PATCH', `${api}/auth/me`, { token: again.access_token, body: { full_name: 'Plan B' } })
+  const moved = uniqueEmail('plans-moved')
+  await call('POST', `${api}/auth/me/email`, { token: again.access_token, body: { new_email: moved, password: PASSWORD }, status: 202 })
+  const changeToken = tokenFromMail(await t.mail.next(moved))
+  assert.equal((await t.app.inject({ method: 'GET', url: `/confirm-email-change?token=${changeToken}` })).statusCode, 200)
+  assert.equal((await t.app.inject({ method: 'POST', url: '/confirm-email-change', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: `token=${changeToken}` })).statusCode, 200)
   await call('GET', `${api}/auth/me/export`, { token: again.access_token })
   await call('POST', `${api}/auth/logout-all`, { token: again.access_token })
   const leaving = await registerVerifyLogin(t, uniqueEmail('leaving'))

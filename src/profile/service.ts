@@ -1,0 +1,161 @@
+import { randomBytes } from 'node:crypto'
+import type { LifecycleService } from '../accounts/lifecycle.ts'
+import { recordEvent, type RequestContext } from '../audit/events.ts'
+import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from '../auth/input.ts'
+import { hashOneTimeToken, VERIFICATION_TTL_MS } from '../auth/one-time-tokens.ts'
+import { NO_PASSWORD, type PasswordHasher } from '../auth/passwords.ts'
+import type { Principal } from '../auth/service.ts'
+import { assuranceOf } from '../auth/sessions.ts'
+import type { Clock } from '../clock.ts'
+import { isUniqueViolation, type Db } from '../db/index.ts'
+import { oneTimeTokens, sessions, users } from '../db/repositories.ts'
+import { AppError } from '../errors.ts'
+import type { Limits } from '../limits/limits.ts'
+import { securityNoticeMail, type MailBrand } from '../mail/index.ts'
+import type { MailQueue } from '../mail/queue.ts'
+import { emailChangeMail } from '../mail/templates.ts'
+import { emailChanges } from './store.ts'
+
+export interface ProfileDeps {
+  db: Db
+  clock: Clock
+  hasher: PasswordHasher
+  limits: Limits
+  mailQueue: MailQueue
+  /** Ends the other sessions, in the change's transaction. */
+  lifecycle: Pick<LifecycleService, 'endOtherSessions'>
+  /** The link mailed to the new address: `{PUBLIC_URL}/confirm-email-change?token=` + the token. */
+  confirmUrl: string
+  brand: MailBrand
+  /** How recent the sign-in of an account without a password must be to change its address (MFA_STEP_UP_SECONDS). */
+  recentMs: number
+}
+
+/** What following a change-of-address link did; the page says it. */
+export type EmailChangeOutcome = { changed: true; email: string } | { changed: false; reason: 'dead' | 'taken' }
+
+/** Thrown inside the confirming transaction to undo it; never leaves this file. */
+class Refused extends Error {
+  constructor(readonly reason: 'dead' | 'taken') {
+    super(reason)
+  }
+}
+
+/**
+ * The user's own profile (docs/profile.md): the name, and the address, which changes only once the
+ * new address has proved itself through a mailed link, with the old one told at both ends.
+ */
+export class ProfileService {
+  constructor(private readonly deps: ProfileDeps) {}
+
+  private get db() {
+    return this.deps.db.kysely
+  }
+
+  async rename(principal: Principal, rawName: string, context: RequestContext): Promise<void> {
+    const name = normaliseFullName(rawName)
+    throwIfProblems(name.problem ? [{ field: 'full_name', message: name.problem }] : [])
+    const now = this.deps.clock.now()
+    await this.db.transaction().execute(async (trx) => {
+      const updated = await trx.updateTable('users').set({ full_name: name.value, updated_at: now }).where('id', '=', principal.userId).executeTakeFirst()
+      if (updated.numUpdatedRows === 0n) throw new AppError('INVALID_TOKEN')
+      await recordEvent(trx, this.deps.clock, { type: 'profile.updated', userId: principal.userId, context })
+    })
+  }
+
+  /**
+   * Mails a link to the new address and a notice to the old one; nothing else changes yet. The
+   * caller proves it is the account's owner again: with the password when the account has one
+   * (checked like a login: the per-account delay, a wrong one an audited failed login), otherwise
+   * with a sign-in of the last minutes, since a stolen access token alone must not move the
+   * address that password resets and e-mailed codes go to. Whether the new address belongs to
+   * another account is not looked at here: the answer must not tell (the link's page does).
+   */
+  async requestEmailChange(principal: Principal, input: { new_email: string; password?: string | undefined }, context: RequestContext): Promise<void> {
+    const user = await users.findById(this.db, principal.userId)
+    if (!user) throw new AppError('INVALID_TOKEN')
+    const newEmail = normaliseEmail(input.new_email)
+    const problem = emailProblem(newEmail) ?? (newEmail === user.email ? 'is the current address' : null)
+    throwIfProblems(problem ? [{ field: 'new_email', message: problem }] : [])
+    if (user.password_hash !== NO_PASSWORD) {
+      if (input.password === undefined) throwIfProblems([{ field: 'password', message: 'is required' }])
+      await this.deps.limits.claimLoginAttempt(user.email)
+      if (!(await this.deps.hasher.verify(user.password_hash, input.password!))) {
+        await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'change_email', context })
+        throw new AppError('INVALID_CREDENTIALS')
+      }
+      await this.deps.limits.loginSucceeded(user.email)
+    } else {
+      const state = await sessions.findAuthState(this.db, principal.sessionId)
+      if (!state || assuranceOf(state).authTime < this.deps.clock.now() - this.deps.recentMs) {
+        throw new AppError('INVALID_CREDENTIALS', { message: `This account has no password: sign in again, then change the address within ${Math.round(this.deps.recentMs / 60_000)} minutes.` })
+      }
+    }
+    // Checked before the previous link is retired: a refused request must not kill a link on its way.
+    await this.deps.limits.assertMailAllowed(newEmail)
+    const token = randomBytes(32).toString('base64url')
+    const now = this.deps.clock.now()
+    await this.db.transaction().execute(async (trx) => {
+      await emailChanges.replace(trx, { token_hash: hashOneTimeToken(token), user_id: user.id, new_email: newEmail, session_id: principal.sessionId, created_at: now, expires_at: now + VERIFICATION_TTL_MS })
+      const link = `${this.deps.confirmUrl}${encodeURIComponent(token)}`
+      await this.deps.mailQueue.enqueue(trx, { userId: user.id, kind: 'email_change', message: emailChangeMail(this.deps.brand, newEmail, link, token) })
+      await this.deps.mailQueue.enqueue(trx, {
+        userId: user.id,
+        kind: 'security_notice',
+        message: securityNoticeMail(this.deps.brand, user.email, {
+          subject: 'A change of your e-mail address was asked for',
+          what: `Someone signed in to your ${this.deps.brand.appName} account asked to change its address to ${newEmail}. Nothing changes unless the link sent to that address is used.`,
+        }),
+      })
+      await recordEvent(trx, this.deps.clock, { type: 'email.change_requested', userId: user.id, context })
+    })
+    this.deps.mailQueue.kick()
+  }
+
+  /** The new address of a live link, or null; nothing is used up (a GET of the link must not burn it). */
+  async pendingChange(token: string): Promise<string | null> {
+    return (await emailChanges.findLive(this.db, hashOneTimeToken(token), this.deps.clock.now()))?.new_email ?? null
+  }
+
+  /**
+   * Follows the link: in one transaction, under the account's row lock, the address changes (and
+   * counts as verified: the link proved it), the links mailed to the old address end, every
+   * session but the one that asked ends, and the old address is told. An address that belongs to
+   * another account by now changes nothing and leaves the link as it was.
+   */
+  async confirmEmailChange(token: string, context: RequestContext): Promise<EmailChangeOutcome> {
+    const tokenHash = hashOneTimeToken(token)
+    const change = await emailChanges.findLive(this.db, tokenHash, this.deps.clock.now())
+    if (!change) return { changed: false, reason: 'dead' }
+    try {
+      await this.deps.lifecycle.endOtherSessions(change.user_id, change.session_id, { type: 'email.changed', context }, async (trx) => {
+        const now = this.deps.clock.now()
+        if (!(await users.lockRow(trx, change.user_id))) throw new Refused('dead')
+        const user = (await users.findById(trx, change.user_id))!
+        const holder = await users.findByEmail(trx, change.new_email)
+        if (holder && holder.id !== user.id) throw new Refused('taken')
+        if (!(await emailChanges.consume(trx, tokenHash, now))) throw new Refused('dead')
+        await trx.updateTable('users').set({ email: change.new_email, email_verified_at: now, updated_at: now }).where('id', '=', user.id).execute()
+        await emailChanges.retireAll(trx, user.id, now)
+        // The links mailed to the old address would act on an address the account no longer has.
+        await oneTimeTokens.retireAll(trx, user.id, 'reset_password', now)
+        await oneTimeTokens.retireAll(trx, user.id, 'verify_email', now)
+        await this.deps.mailQueue.enqueue(trx, {
+          userId: user.id,
+          kind: 'security_notice',
+          message: securityNoticeMail(this.deps.brand, user.email, {
+            subject: 'Your e-mail address was changed',
+            what: `The address of your ${this.deps.brand.appName} account is now ${change.new_email}. Mail about the account goes there from now on, and every other session was signed out.`,
+          }),
+        })
+      })
+    } catch (error) {
+      if (error instanceof Refused) return { changed: false, reason: error.reason }
+      // The address taken by a registration at the same moment: the unique index decides.
+      if (isUniqueViolation(error)) return { changed: false, reason: 'taken' }
+      throw error
+    }
+    this.deps.mailQueue.kick()
+    return { changed: true, email: change.new_email }
+  }
+}
