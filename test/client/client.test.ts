@@ -5,9 +5,9 @@ import type { AddressInfo } from 'node:net'
 import path from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { createRemoteJWKSet, errors as joseErrors, jwtVerify } from 'jose'
-import { memoryStorage, PortcullisClient, PortcullisError, type TokenStorage, type Tokens } from 'portcullis/client'
+import { memoryStorage, PortcullisClient, PortcullisError, type TokenStorage, type Tokens } from '../../packages/client/dist/index.js'
 import { ENGINES } from '../helpers/db.ts'
-import { tokenFromMail } from '../helpers/mail.ts'
+import { linkFromMail, tokenFromMail } from '../helpers/mail.ts'
 import { oathtool } from '../helpers/totp.ts'
 import { PASSWORD, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 
@@ -22,7 +22,7 @@ async function failure(call: Promise<unknown>): Promise<PortcullisError> {
 const ACCESS_LIFE = 15 * 60
 
 test('the compiled client has no runtime dependency: it imports nothing but its own files', () => {
-  const dir = path.resolve('dist/client')
+  const dir = path.resolve('packages/client/dist')
   for (const file of readdirSync(dir).filter((name) => name.endsWith('.js'))) {
     const source = readFileSync(path.join(dir, file), 'utf8')
     for (const [, specifier] of source.matchAll(/(?:import|export)[^'"]*from\s*['"]([^'"]+)['"]/g)) {
@@ -132,6 +132,18 @@ for (const engine of ENGINES) {
       await t.mail.next(fresh)
       await client.resendVerification(fresh)
       assert.deepEqual(await client.verifyEmail(tokenFromMail(await t.mail.next(fresh))), { email: fresh, verified: true })
+    })
+
+    test('profile: updateMe answers the new me(); changeEmail mails a link to the new address, and a wrong password is INVALID_CREDENTIALS', async () => {
+      const { client, email } = await loggedIn()
+      const me = await client.updateMe({ full_name: 'Renamed User' })
+      assert.equal(me.full_name, 'Renamed User')
+      assert.deepEqual(await client.me(), me)
+      const moved = uniqueEmail('client-moved')
+      await assert.rejects(client.changeEmail({ new_email: moved, password: 'not the password' }), (error: unknown) => error instanceof PortcullisError && error.code === 'INVALID_CREDENTIALS' && error.status === 401)
+      await client.changeEmail({ new_email: moved, password: PASSWORD })
+      assert.match(linkFromMail(await t.mail.next(moved)), /\/confirm-email-change\?token=/)
+      assert.equal((await client.me()).email, email, 'nothing changes before the link is used')
     })
 
     test('revoking its own session forgets it here without calling onSessionEnd; revoking another keeps it', async () => {

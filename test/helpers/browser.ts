@@ -185,16 +185,16 @@ export interface ClientApp {
 /** What `window.client` is made with beyond baseUrl and onSessionEnd (a transport, say). */
 export type ClientOptions = Record<string, unknown>
 
-const CLIENT_DIR = path.resolve('dist/client')
+const CLIENT_DIR = path.resolve('packages/client/dist')
 
 /**
- * The page: imports the client (dist/client, as built by `npm run build`) as an ES module from
+ * The page: imports the client (packages/client/dist, as built by `npm run build`) as an ES module from
  * `moduleDir`, and sets `window.client` against `apiBase` (in the client's default transport,
  * cookie in a browser, unless options say otherwise), `window.makeClient(options?)` for another
  * (options added to those), `window.ended` collecting onSessionEnd's reasons, and `window.ready`.
  */
 function clientPage(moduleDir: string, apiBase: string, options: ClientOptions): string {
-  if (!existsSync(path.join(CLIENT_DIR, 'index.js'))) throw new Error('dist/client is missing: npm run build')
+  if (!existsSync(path.join(CLIENT_DIR, 'index.js'))) throw new Error('packages/client/dist is missing: npm run build')
   return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>App</title></head><body>
 <script type="module">
 import { PortcullisClient } from '${moduleDir}/index.js'

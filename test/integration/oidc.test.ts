@@ -7,7 +7,7 @@ import { ENGINES } from '../helpers/db.ts'
 import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 import { mailText, tokenFromMail } from '../helpers/mail.ts'
 import { startTestProvider, type TestAccount, type TestProvider } from '../helpers/oidc-provider.ts'
-import { PortcullisClient, PortcullisError, type LoginResult } from '../../src/client/index.ts'
+import { PortcullisClient, PortcullisError, type LoginResult } from '../../packages/client/src/index.ts'
 import { oathtool } from '../helpers/totp.ts'
 
 // Sign-in with an identity provider (API.md, OpenID Connect) against a real OpenID provider

@@ -4,7 +4,7 @@ import { memoryStorage, type TokenStorage } from './storage.ts'
 import { Tabs } from './tabs.ts'
 import { createCredential, getCredential } from './webauthn.ts'
 import type {
-  AccountDeletion, AccountExport, ChangePasswordInput, CreateWatchlistInput, FactorList, FactorRemoval, FactorRename, LoginInput, LoginResult, Me, MfaChallengeInfo, MfaRequired,
+  AccountDeletion, AccountExport, ChangeEmailInput, ChangePasswordInput, CreateWatchlistInput, FactorList, FactorRemoval, FactorRename, LoginInput, LoginResult, Me, MfaChallengeInfo, MfaRequired, UpdateMeInput,
   AppList, AppRevocation, IdentityList, IdentityRemoval, OidcLinkStart, OidcProviders, PasskeyCreation, PasskeyLogin, PasskeyRequest, RecoveryCodes, RefreshResult, RegisterInput, Registration, Session, SessionRevocation, StepUpInput, StepUpResult, TotpConfirmation, TotpEnrolment,
   UpdateWatchlistInput, Verification, VerifyMfaInput, Watchlist, WatchlistDeletion, WatchlistPage, WatchlistQuery,
 } from './types.ts'
@@ -644,6 +644,20 @@ export class PortcullisClient {
 
   me(): Promise<Me> {
     return this.request({ method: 'GET', path: '/auth/me', bearer: true })
+  }
+
+  /** Changes the user's name; answers what me() answers. */
+  updateMe(input: UpdateMeInput): Promise<Me> {
+    return this.request({ method: 'PATCH', path: '/auth/me', body: input, bearer: true })
+  }
+
+  /**
+   * Asks to move the account to another address: a link goes to it, a notice to the current one,
+   * and nothing changes until the link is used (then every other session ends). `password` when
+   * the account has one. A sensitive action: it may need stepUp() first (stepUpRequired).
+   */
+  async changeEmail(input: ChangeEmailInput): Promise<void> {
+    await this.request({ method: 'POST', path: '/auth/me/email', body: input, bearer: true })
   }
 
   /** Ends this session on the server and forgets it here (and in the other tabs). */
