@@ -81,7 +81,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     requestIdHeader: false,
     trustProxy: config.trustProxy ?? false,
     bodyLimit: DEFAULT_BODY_LIMIT,
-    // Slow clients (API.md, Abuse limits): a request trickled a byte at a time would hold a
+    // Slow clients (docs/SECURITY.md): a request trickled a byte at a time would hold a
     // connection and its parser for as long as the sender likes, so one whose headers and body have
     // not all arrived within REQUEST_TIMEOUT_SECONDS is cut. Node reports it as a clientError
     // (ERR_HTTP_REQUEST_TIMEOUT), which answerClientError turns into the 408 envelope. The time

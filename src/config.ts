@@ -148,7 +148,7 @@ function parseOrigins(value: string | undefined, variable = 'CORS_ORIGINS'): str
 }
 
 /**
- * The passkey relying party (API.md, Passkeys). A browser makes credentials only for an RP ID that
+ * The passkey relying party (docs/mfa.md, Passkeys). A browser makes credentials only for an RP ID that
  * is the page's host or a parent domain of it: an origin given in WEBAUTHN_ORIGINS that cannot
  * fit is a start-up error, not a ceremony that fails later for every user. The default origins
  * (PUBLIC_URL's and CORS_ORIGINS) keep only those that fit, so a CORS origin on another domain
@@ -172,7 +172,7 @@ function relyingParty(env: { WEBAUTHN_RP_ID?: string; WEBAUTHN_RP_NAME?: string;
   return { id, name: env.WEBAUTHN_RP_NAME?.trim() || appName, origins }
 }
 
-/** One identity provider (API.md, OpenID Connect), from OIDC_PROVIDERS and its OIDC_{NAME}_* variables. */
+/** One identity provider (docs/oidc.md), from OIDC_PROVIDERS and its OIDC_{NAME}_* variables. */
 export interface OidcProviderConfig {
   /** As in OIDC_PROVIDERS and the URLs: lower-case letters, digits and dashes. */
   name: string
@@ -293,7 +293,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     oldKeyEncryptionKey,
     /** The durable mail queue: give up after this age; a claimed mail is one instance's for the lease. */
     mailQueue: { maxAgeMs: env.MAIL_MAX_AGE_HOURS * 3600_000, leaseMs: env.MAIL_LEASE_SECONDS * 1000 },
-    /** How recent a second factor must be for the sensitive actions (API.md, step-up). */
+    /** How recent a second factor must be for the sensitive actions (README.md, "Recent"). */
     mfaStepUpMs: env.MFA_STEP_UP_SECONDS * 1000,
     /** The identity providers, and the origins a provider sign-in may send the browser back to. */
     oidc: {

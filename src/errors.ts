@@ -41,7 +41,7 @@ export interface ErrorDetail {
   message: string
 }
 
-/** What an MFA_REQUIRED answer carries in `error.mfa` (API.md, Second factors). */
+/** What an MFA_REQUIRED answer carries in `error.mfa` (README.md, "Two-factor authentication"). */
 export type MfaChallenge =
   | { mfa_token: string; expires_in: number; methods: string[] }
   | { step_up: true; methods: string[] }

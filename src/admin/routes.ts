@@ -52,7 +52,7 @@ function actedBy(request: FastifyRequest) {
   return { ...requestContext(request), actor: `api_key:${request.apiKey!.id}` }
 }
 
-/** The admin API (API.md "Operators"), in its own plugin scope under the base path. */
+/** The admin API (docs/admin.md), in its own plugin scope under the base path. */
 export async function adminRoutes(fastify: FastifyInstance, options: { admin: AdminService; apiKeys: ApiKeyService; limits: Limits; clients: ClientRegistry }): Promise<void> {
   const { admin, apiKeys, limits, clients } = options
   protectWithApiKeys(fastify, apiKeys, limits)

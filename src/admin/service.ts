@@ -88,7 +88,7 @@ export class AdminService {
     return { ...(await this.views([row]))[0]!, mfa: await this.mfa.summaryOf(id), identities: (await this.identities.list(id)).identities, apps: await this.apps.appsOf(id) }
   }
 
-  /** Removes every second factor and recovery code and revokes every session (API.md, Operators). */
+  /** Removes every second factor and recovery code and revokes every session (docs/admin.md). */
   resetMfa(id: string, context: RequestContext) {
     return this.found(id, async (ref) => {
       const { revoked } = await this.accounts.resetMfa(ref, (trx, user) => this.mfa.resetFor(trx, user), context)

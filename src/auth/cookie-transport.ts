@@ -5,7 +5,7 @@ import { REFRESH_TTL_SECONDS } from './tokens.ts'
 import { cookieValues } from '../http/request.ts'
 
 /**
- * Browser sessions (API.md, "Browser sessions"): with `X-Token-Transport: cookie` the refresh token
+ * Browser sessions (docs/SECURITY.md, "Browser sessions (cookie mode)"): with `X-Token-Transport: cookie` the refresh token
  * travels in an HttpOnly cookie that script cannot read, and never in a body.
  */
 export const TOKEN_TRANSPORT_HEADER = 'x-token-transport'
@@ -91,7 +91,7 @@ export class CookieTransport {
   }
 
   /**
-   * The login body, as every sign-in answers it: the seed's body, or with the cookie transport the
+   * The login body, as every sign-in answers it: the usual body (README.md, Endpoints), or with the cookie transport the
    * same less the refresh token, which goes into the cookie (from an allowed origin only).
    */
   answerLogin<T extends { refresh_token: string }>(request: FastifyRequest, reply: FastifyReply, tokens: T, cookieMode: boolean): T | Omit<T, 'refresh_token'> {
@@ -113,7 +113,7 @@ export class CookieTransport {
   /**
    * For the routes that can revoke the caller's own session (logout-all, a session revoke, account
    * deletion, password reset and change): once the route has run, a refresh cookie whose session
-   * is no longer live is cleared, so "log out everywhere" leaves no dead cookie behind (API.md:
+   * is no longer live is cleared, so "log out everywhere" leaves no dead cookie behind (docs/SECURITY.md, cookie mode:
    * every revocation of that session clears the cookie). It needs no X-Token-Transport header:
    * the cookie is not used as a credential here, and removing a dead one is always safe. A cookie
    * whose session lives on (change-password keeps the caller's) is left alone.
@@ -133,7 +133,7 @@ export class CookieTransport {
 }
 
 /**
- * Cookie-mode routes may have no body at all (the seed has clients send the JSON content type
+ * Cookie-mode routes may have no body at all (clients may send the JSON content type
  * with an empty one); the schema then sees an empty object, and the handler decides.
  */
 export async function emptyBodyAsObject(request: FastifyRequest): Promise<void> {

@@ -66,7 +66,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
       response: { 200: LoggedIn },
     },
   }, async (request, reply) => {
-    // The refresh token goes where script cannot read it; the body keeps the seed's other fields.
+    // The refresh token goes where script cannot read it; the body keeps the login body's other fields.
     return ok(await cookies.signIn(request, reply, (transport) => auth.login(request.body, requestContext(request), transport)))
   })
 

@@ -90,7 +90,7 @@ export class AuthService {
     details.push(...passwordProblems(input.password, email))
     throwIfProblems(details)
 
-    // Registration says EMAIL_EXISTS by design (the seed requires it), so checking first leaks
+    // Registration says EMAIL_EXISTS by design (README.md, Endpoints), so checking first leaks
     // nothing new and spares a hash; the unique index below is what actually guarantees it.
     if (await users.findByEmail(this.db, email)) throw new AppError('EMAIL_EXISTS')
 
@@ -148,7 +148,7 @@ export class AuthService {
     const issue = emailProblem(email)
     if (issue) throwIfProblems([{ field: 'email', message: issue }])
     // Sent also when verification is not required for signing in: adding a second factor or
-    // linking a provider still needs a verified address (API.md), and this is how to get one.
+    // linking a provider still needs a verified address (docs/mfa.md, docs/oidc.md), and this is how to get one.
     // All of the lookup happens after the answer: its timing then cannot depend on the address.
     this.deps.background.run('resend verification', () => this.resendNow(email))
   }
@@ -164,7 +164,7 @@ export class AuthService {
   }
 
   /**
-   * An account made by an identity provider's sign-in (API.md, OpenID Connect), or by the first
+   * An account made by an identity provider's sign-in (docs/oidc.md), or by the first
    * e-mailed sign-in of an address (`reason` email_sign_in): the proven address, verified here too,
    * and no password (forgot-password can give it one).
    * `alsoInTransaction` links the identity in the same transaction. EMAIL_EXISTS if the address
@@ -235,7 +235,7 @@ export class AuthService {
 
     if (this.deps.hasher.needsRehash(user.password_hash)) await this.upgradeHash(user, input.password)
 
-    // Last, after the account's state (API.md, Login order): never a token without the second factor.
+    // Last, after the account's state (docs/mfa.md): never a token without the second factor.
     // The session opens only if no reset or password change committed since the hash was read.
     if (secondFactor) throw await this.deps.secondFactor.challenge(user, secondFactor, PASSWORD_ONLY, transport, context)
     return this.deps.sessions.open(user, PASSWORD_ONLY, context)

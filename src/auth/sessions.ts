@@ -18,7 +18,7 @@ export interface SignIn {
 /** A password alone. */
 export const PASSWORD_ONLY: SignIn = { amr: ['pwd'], acr: 'aal1' }
 
-/** The seed's login body. */
+/** The login body (README.md, Endpoints: POST /auth/login). */
 export interface LoginBody {
   access_token: string
   refresh_token: string
@@ -35,7 +35,7 @@ export function assuranceOf(row: Pick<SessionRow, 'amr' | 'acr' | 'auth_time' | 
  * The account a sign-in is for, as its credential check saw it: the session opens only if the
  * account's credential_epoch is still this one (a reset, a password change, logout-all, a disable or
  * an operator's revocation since then moved it), so "every session is revoked" also holds for the
- * sessions being born while it happens (API.md, Tokens).
+ * sessions being born while it happens (docs/SECURITY.md).
  */
 export interface SignInSubject {
   id: string
@@ -73,7 +73,7 @@ export class SessionOpener {
   constructor(private readonly deps: SessionOpenerDeps) {}
 
   /**
-   * The account checks every way in makes after its credential (API.md, Login order): a disabled
+   * The account checks every way in makes after its credential (docs/SECURITY.md, "Login and enumeration"): a disabled
    * account, then an unverified address when verification is required, gets no session.
    */
   assertMayOpen(user: Pick<UserRow, 'status' | 'email_verified_at'>): void {

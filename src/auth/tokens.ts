@@ -20,7 +20,7 @@ const utf8 = new TextDecoder()
 const MAX_KID_LENGTH = 128
 
 /**
- * How the session behind an access token was authenticated (API.md, Tokens): RFC 8176 `amr`,
+ * How the session behind an access token was authenticated (docs/tokens.md): RFC 8176 `amr`,
  * `acr` (`aal1` or `aal2`) and when it was last verified (ms; the claim `auth_time` is seconds).
  * A resource server can demand `acr: "aal2"` with nothing but the JWKS.
  */

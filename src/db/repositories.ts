@@ -125,7 +125,7 @@ export const users = {
 
   /**
    * A session opens: records the time, if the account's credential epoch is still the one the
-   * sign-in checked (API.md, Tokens). False when it moved (or the account is gone): no session.
+   * sign-in checked (docs/SECURITY.md). False when it moved (or the account is gone): no session.
    */
   async recordLogin(db: Executor, user: { id: string; credential_epoch: number }, at: number): Promise<boolean> {
     const result = await db
@@ -201,7 +201,7 @@ export const sessions = {
     await touchSession(db, { id, at })
   },
 
-  /** A second factor verified in the session: what its next tokens assert (API.md, Tokens). */
+  /** A second factor verified in the session: what its next tokens assert (docs/tokens.md). */
   async raiseAssurance(db: Executor, id: string, assurance: Pick<SessionRow, 'amr' | 'acr' | 'auth_time'>): Promise<void> {
     await db.updateTable('sessions').set(assurance).where('id', '=', id).execute()
   },

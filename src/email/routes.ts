@@ -15,7 +15,7 @@ import { ExchangeBody, StartBody, VerifyBody } from './schemas.ts'
 import { SIGN_IN_TTL_MS, type EmailSignIn } from './service.ts'
 
 const tags = ['email']
-/** Binds an e-mailed sign-in to the browser that started it (API.md). */
+/** Binds an e-mailed sign-in to the browser that started it (docs/email-sign-in.md). */
 export const EMAIL_COOKIE = 'portcullis_email'
 
 function emailCookieOf(request: FastifyRequest): string | undefined {

@@ -18,9 +18,9 @@ import { securityNoticeMail, signInCodeMail, type MailBrand } from '../mail/temp
 import { emailProblem, normaliseEmail } from '../auth/input.ts'
 import { signIns, type EmailSignInRow } from './store.ts'
 
-/** A code and its link live 10 minutes (API.md). */
+/** A code and its link live 10 minutes (docs/email-sign-in.md). */
 export const SIGN_IN_TTL_MS = 10 * 60_000
-/** What an e-mailed code proves: a one-time code out of band (RFC 8176 `otp`), one factor (API.md). */
+/** What an e-mailed code proves: a one-time code out of band (RFC 8176 `otp`), one factor (docs/email-sign-in.md). */
 const EMAILED: SignIn = { amr: ['otp'], acr: 'aal1' }
 const CODE = /^\d{6}$/
 const CODE_CHALLENGE = /^[A-Za-z0-9_-]{43}$/
@@ -69,7 +69,7 @@ function same(a: string, b: string): boolean {
 }
 
 /**
- * Sign in with an e-mailed code or link (API.md): one mail carries a 6-digit code and a link. The
+ * Sign in with an e-mailed code or link (docs/email-sign-in.md): one mail carries a 6-digit code and a link. The
  * code is typed where the sign-in started (`verify`); the link's page sends the starting browser back
  * to the application with a one-time login code (the shared binding of src/auth/login-codes.ts), or,
  * on a device that did not start it, shows the code to type there. Either way the session opens
@@ -215,7 +215,7 @@ export class EmailSignIn {
   /**
    * The mail proved the address: the account is made (EMAIL_SIGNUP) or verified. The first proof of
    * an address registered with a password, perhaps by someone else, ends that password and every
-   * session, removes what was added while unproven, and tells the owner (API.md).
+   * session, removes what was added while unproven, and tells the owner (docs/email-sign-in.md).
    */
   private async proven(row: EmailSignInRow, context: RequestContext): Promise<UserRow> {
     if (row.user_id === null) {

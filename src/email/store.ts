@@ -5,7 +5,7 @@ import type { Database, EmailSignInsTable } from '../db/schema.ts'
 type Executor = Kysely<Database>
 export type EmailSignInRow = Selectable<EmailSignInsTable>
 
-/** Wrong codes that end a sign-in (API.md). */
+/** Wrong codes that end a sign-in (docs/email-sign-in.md). */
 export const MAX_FAILURES = 5
 
 export const signIns = {

@@ -1,12 +1,12 @@
 import Type, { type TSchema } from 'typebox'
 import { ErrorCodes } from '../errors.ts'
 
-/** `{success: true, data}` around a payload schema, exactly as the seed describes. */
+/** `{success: true, data}` around a payload schema, exactly as README.md's walk through the API states it. */
 export function Envelope<T extends TSchema>(data: T) {
   return Type.Object({ success: Type.Literal(true), data })
 }
 
-/** `{success: true, data, message}`: the seed's registration answer carries a message. */
+/** `{success: true, data, message}`: the registration answer carries a message (README.md, Endpoints). */
 export function EnvelopeWithMessage<T extends TSchema>(data: T) {
   return Type.Object({ success: Type.Literal(true), data, message: Type.String() })
 }

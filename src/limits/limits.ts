@@ -52,7 +52,7 @@ function addressKey(email: string): string {
 }
 
 /**
- * The abuse limits of API.md: per client IP on the anonymous routes, per target address on the
+ * The abuse limits (docs/SECURITY.md): per client IP on the anonymous routes, per target address on the
  * mail-sending routes, and a progressive delay per account on login.
  */
 export class Limits {
@@ -138,7 +138,7 @@ export class Limits {
 
   /**
    * One attempt to prove the account's credential (a password, a second-factor code, a passkey),
-   * counted before it is judged (API.md, Abuse limits and Second factors): the attempt is recorded
+   * counted before it is judged (docs/SECURITY.md, Abuse limits; docs/mfa.md): the attempt is recorded
    * as a failure at once, atomically across instances, so N guesses sent at once count N; a later
    * success (loginSucceeded) clears the count. Keyed by the address whether or not an account has
    * it, so the answer is the same for both. Past the free failures each attempt waits a delay that

@@ -9,7 +9,7 @@ import type { Logger } from '../logger.ts'
  * is only for cleanup: the limit logic itself works from the service's clock and keys that name
  * their time window.
  */
-/** An account's progressive delay (API.md, Abuse limits): free failures, then a wait doubling from 1 s up to a cap. */
+/** An account's progressive delay (docs/SECURITY.md, Abuse limits): free failures, then a wait doubling from 1 s up to a cap. */
 export interface DelayPolicy {
   freeFailures: number
   maxDelayMs: number
@@ -156,7 +156,7 @@ export interface RedisStoreOptions {
 
 /**
  * The counters shared in Redis, falling back to this instance's own (`local`) while Redis is away
- * (API.md, Abuse limits): Redis is a cache of counters, and losing it must not stop every sign-in
+ * (docs/SECURITY.md, Abuse limits): Redis is a cache of counters, and losing it must not stop every sign-in
  * across the fleet, so no limited route answers 503 for it. While falling back each instance
  * counts alone, as without REDIS_URL: guessing stays bounded, by the number of instances times the
  * limits. Nothing waits on a dead Redis: no offline queue, one retry and a command timeout make a

@@ -106,7 +106,7 @@ export function securityNoticeMail(brand: MailBrand, to: string, notice: { subje
 
 /**
  * A provider identity was linked to the account, by the user or automatically by a verified
- * address (API.md: no link is silent): it names the provider, since that account can now sign in.
+ * address (docs/SECURITY.md: no link is silent): it names the provider, since that account can now sign in.
  */
 export function identityLinkedMail(brand: MailBrand, to: string, provider: string): MailMessage {
   return securityNoticeMail(brand, to, {
@@ -115,7 +115,7 @@ export function identityLinkedMail(brand: MailBrand, to: string, provider: strin
   })
 }
 
-/** The e-mailed sign-in (API.md): a link, and the 6-digit code to type instead (on another device, say). */
+/** The e-mailed sign-in (docs/email-sign-in.md): a link, and the 6-digit code to type instead (on another device, say). */
 export function signInCodeMail(brand: MailBrand, to: string, link: string, code: string): MailMessage {
   return actionMail(brand, {
     to,

@@ -13,7 +13,7 @@ export interface CeremonyBinding {
 }
 
 /**
- * The server-made challenges of the WebAuthn ceremonies (API.md, Passkeys): at least 128 random
+ * The server-made challenges of the WebAuthn ceremonies (docs/mfa.md, Passkeys): at least 128 random
  * bits, stored only as keyed hashes, five minutes, single-use (used up in the transaction that
  * accepts the credential), and bound to a purpose and to an account, an mfa_token or a session.
  */

@@ -18,7 +18,7 @@ const tags = ['mfa']
 const security = [{ bearer: [] }]
 
 /**
- * The preHandler of the sensitive actions (API.md, "Recent"): for an account with MFA, a second
+ * The preHandler of the sensitive actions (README.md, "Recent"): for an account with MFA, a second
  * factor verified in this session within MFA_STEP_UP_SECONDS, or 403 MFA_REQUIRED with `step_up`.
  */
 export function recentSecondFactor(mfa: MfaService): preHandlerHookHandler {
@@ -77,7 +77,7 @@ export async function protectedMfaRoutes(fastify: FastifyInstance, mfa: MfaServi
 
   app.post('/auth/mfa/totp', {
     ...common,
-    // The name is optional, so an empty body (the seed's clients send the JSON content type) is fine.
+    // The name is optional, so an empty body (clients may send the JSON content type with none) is fine.
     preValidation: emptyBodyAsObject,
     preHandler: recent,
     schema: { tags, security, operationId: 'enrolTotp', body: EnrolTotpBody, response: { 201: TotpEnrolment } },

@@ -21,7 +21,7 @@ import { ceremonies, challenges, factors, recoveryCodes, type FactorRow } from '
 import { newTotpSecret, qrSvg, totpStep } from './totp.ts'
 import { CeremonyFailed, counterWentBackwards, type AssertionCredential, type RegistrationCredential, type RelyingParty } from './webauthn.ts'
 
-/** The mfa_token's life (API.md). */
+/** The mfa_token's life (docs/mfa.md). */
 export const MFA_TOKEN_TTL_SECONDS = 300
 /** An enrolment not confirmed within this long is dead. */
 const ENROLMENT_TTL_MS = 10 * 60_000
@@ -42,7 +42,7 @@ type CodeMatch =
   | { kind: 'recovery_code'; hash: string }
   | { kind: 'passkey'; factorId: string; ceremonyId: string; from: number; to: number; backedUp: boolean }
 
-/** The methods a passkey login proves (API.md, Tokens): the key, the user's verification on it. */
+/** The methods a passkey login proves (docs/tokens.md): the key, the user's verification on it. */
 const PASSKEY_LOGIN = { amr: ['hwk', 'user', 'mfa'] as AuthMethod[], acr: 'aal2' as const }
 export type Transport = 'body' | 'cookie'
 
@@ -96,7 +96,7 @@ function withSecondFactor(first: string[], added: AuthMethod): AuthMethod[] {
 }
 
 /**
- * Second factors (API.md, Second factors): TOTP and recovery codes today, passkeys as one more
+ * Second factors (docs/mfa.md): TOTP and recovery codes today, passkeys as one more
  * factor type. Login hands over through one seam (`requiredMethods`, then `challenge`), and a
  * completed second step ends in the same SessionOpener as every other way in. The rules that make
  * a code worth something (a step used once, an mfa_token used once and dead after five wrong
@@ -132,7 +132,7 @@ export class MfaService {
 
   /**
    * In the transaction that adds a factor, with the account's row locked so two additions happen
-   * one after the other (API.md, "Never a bypass"): to an account that already has MFA only from a
+   * one after the other (docs/mfa.md, "The rules"): to an account that already has MFA only from a
    * recent session, so a session from before MFA cannot finish an enrolment it parked then. The
    * account's first factor ends every other enrolment and passkey registration under way.
    * Returns whether this is the first factor.
@@ -159,7 +159,7 @@ export class MfaService {
     return new AppError('MFA_REQUIRED', { message: 'This action needs a second factor verified in the last minutes.', mfa: { step_up: true, methods: methods ?? [] } })
   }
 
-  /** The methods this account can use, or null when it has no second factor (the seed's login applies). */
+  /** The methods this account can use, or null when it has no second factor (the password login answers as usual). */
   async requiredMethods(userId: string, db: Db['kysely'] = this.db): Promise<string[] | null> {
     const confirmed = await factors.listConfirmed(db, userId)
     if (confirmed.length === 0) return null
@@ -256,7 +256,7 @@ export class MfaService {
   }
 
   /**
-   * The sensitive actions (API.md, "Recent"): for an account with MFA, a second factor verified in
+   * The sensitive actions (README.md, "Recent"): for an account with MFA, a second factor verified in
    * this session within MFA_STEP_UP_SECONDS; otherwise 403 MFA_REQUIRED with `step_up`. An account
    * without MFA passes (enrolling the first factor needs only the bearer token).
    */
@@ -324,7 +324,7 @@ export class MfaService {
     return result
   }
 
-  /** Registration's options (API.md, Passkeys): a challenge bound to this account and session, the account's passkeys excluded. */
+  /** Registration's options (docs/mfa.md, Passkeys): a challenge bound to this account and session, the account's passkeys excluded. */
   async passkeyRegistrationOptions(principal: Principal) {
     const user = await this.userAddingFactor(principal.userId)
     const existing = (await factors.listConfirmed(this.db, user.id)).filter((f) => f.type === 'passkey').map(storedPasskey)
@@ -392,7 +392,7 @@ export class MfaService {
   }
 
   /**
-   * A login with a passkey alone (API.md, Passkeys): refused as a login is (INVALID_CREDENTIALS for
+   * A login with a passkey alone (docs/mfa.md, Passkeys): refused as a login is (INVALID_CREDENTIALS for
    * an unknown or removed credential, a bad signature, a wrong origin or RP ID, no user
    * verification, a used challenge, a counter gone backwards), then the account checks, then the
    * session, opened where every way in ends, aal2 with `hwk user mfa`.
@@ -659,7 +659,7 @@ export async function endPendingMfaProofs(trx: Db['kysely'], userId: string): Pr
 }
 
 /**
- * An operator's reset (API.md): every factor, recovery code and pending mfa_token of the account
+ * An operator's reset (docs/admin.md): every factor, recovery code and pending mfa_token of the account
  * goes, inside the caller's transaction (which also revokes every session), and the user is told
  * through the durable mail queue. Shared by the admin API and the CLI, which has no running queue
  * but writes the same sealed mail for the server to send. Returns how many factors were removed.

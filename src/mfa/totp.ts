@@ -1,7 +1,7 @@
 import type * as OTPAuth from 'otpauth'
 import { load } from '../optional.ts'
 
-/** RFC 6238 as API.md fixes it: HMAC-SHA1, 6 digits, 30-second steps, a 160-bit secret. */
+/** RFC 6238 as docs/mfa.md fixes it: HMAC-SHA1, 6 digits, 30-second steps, a 160-bit secret. */
 const PERIOD = 30
 const DIGITS = 6
 const SECRET_BYTES = 20

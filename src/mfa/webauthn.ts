@@ -11,7 +11,7 @@ let library: Promise<typeof import('@simplewebauthn/server')> | undefined
 const simpleWebAuthn = () => (library ??= import('@simplewebauthn/server'))
 
 /**
- * The relying party's side of the two WebAuthn ceremonies (API.md, Passkeys), with
+ * The relying party's side of the two WebAuthn ceremonies (docs/mfa.md, Passkeys), with
  * @simplewebauthn/server doing the parsing and the signature checks. What makes a passkey worth
  * something beyond that (challenges made here, used once and bound to a purpose; the counter rule)
  * is ours and lives in the service and the store.
@@ -82,7 +82,7 @@ export interface Assertion {
 /** A credential that did not verify, with a reason a developer can act on (never a secret). */
 export class CeremonyFailed extends Error {}
 
-/** At least 128 random bits (API.md); 256 here. */
+/** At least 128 random bits (WebAuthn asks for 16 bytes or more); 256 here. */
 export function newChallenge(): string {
   return randomBytes(32).toString('base64url')
 }

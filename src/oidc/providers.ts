@@ -7,7 +7,7 @@ import type { Logger } from '../logger.ts'
 let library: Promise<typeof import('openid-client')> | undefined
 export const openidClient = () => (library ??= import('openid-client'))
 
-/** How often discovery is tried again for a provider that was down (API.md). */
+/** How often discovery is tried again for a provider that was down (docs/oidc.md: every 60 s). */
 export const DISCOVERY_RETRY_MS = 60_000
 /** How long one discovery may take at start before the provider counts as unavailable for now. */
 const DISCOVERY_TIMEOUT_SECONDS = 5

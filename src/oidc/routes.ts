@@ -15,7 +15,7 @@ import { FLOW_TTL_MS, type OidcService } from './service.ts'
 
 const tags = ['oidc']
 const security = [{ bearer: [] }]
-/** Binds a flow to the browser that started it (API.md): a callback without it is refused. */
+/** Binds a flow to the browser that started it (docs/oidc.md): a callback without it is refused. */
 export const FLOW_COOKIE = 'portcullis_oidc'
 
 export interface OidcRouteOptions {

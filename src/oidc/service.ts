@@ -18,12 +18,12 @@ import { openidClient, type OidcProviders, type Provider } from './providers.ts'
 import type { LoginCodes } from '../auth/login-codes.ts'
 import { flows, identities, type FlowRow, type IdentityRow } from './store.ts'
 
-/** A flow's life between start and callback (API.md). */
+/** A flow's life between start and callback. */
 export const FLOW_TTL_MS = 10 * 60_000
-/** A sign-in through a provider: the provider vouched, nothing more (API.md, Tokens). */
+/** A sign-in through a provider: the provider vouched, nothing more (docs/oidc.md). */
 const FEDERATED: SignIn = { amr: ['fed'], acr: 'aal1' }
 
-/** The `error` values a callback sends the browser back with (API.md). */
+/** The `error` values a callback sends the browser back with (README.md, "Sign in with Google"). */
 export type CallbackError =
   | 'access_denied'
   | 'invalid_request'
@@ -103,7 +103,7 @@ class CallbackRefused extends Error {
 }
 
 /**
- * Sign-in with an identity provider (API.md, OpenID Connect): authorization code with PKCE, state
+ * Sign-in with an identity provider (docs/oidc.md): authorization code with PKCE, state
  * and nonce through openid-client, the ID token's signature checked again with jose against the
  * provider's keys, the flow bound to the browser that started it, a one-time login code instead of
  * tokens in URLs, and the linking rules that keep an address someone else typed from becoming a
@@ -155,7 +155,7 @@ export class OidcService {
   }
 
   /**
-   * A challenge and its method come together or not at all (API.md): a method without a challenge,
+   * A challenge and its method come together or not at all (docs/oidc.md, login CSRF): a method without a challenge,
    * or a challenge without S256, would leave the application believing its code is bound when it is not.
    */
   private challengeOf(request: StartRequest): string | null {
@@ -298,7 +298,7 @@ export class OidcService {
   }
 
   /**
-   * Which account a provider sign-in is (API.md): a linked identity's; else one with the same
+   * Which account a provider sign-in is (docs/oidc.md, "Which account"): a linked identity's; else one with the same
    * address, linked only when the provider and the account both say the address is verified; else
    * a new account. An address the provider does not vouch for never creates or links anything.
    */
@@ -380,7 +380,7 @@ export class OidcService {
     if (added) this.deps.mailQueue.kick()
   }
 
-  /** A new link is never silent: the audit event, and a mail to the user naming the provider (API.md). */
+  /** A new link is never silent: the audit event, and a mail to the user naming the provider (docs/SECURITY.md: no link is silent). */
   private async linked(trx: Db['kysely'], user: UserRow, provider: Provider, context: RequestContext): Promise<void> {
     await recordEvent(trx, this.deps.clock, { type: 'oidc.linked', userId: user.id, reason: provider.config.name, context })
     await this.deps.mailQueue.enqueue(trx, { userId: user.id, kind: 'security_notice', message: identityLinkedMail(this.deps.brand, user.email, provider.config.label) })

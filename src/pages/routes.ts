@@ -92,7 +92,7 @@ export function problemPage(brand: PageBrand, error: AppError, requestId: string
  * parsed, and every failure answers as a page rather than the JSON envelope.
  */
 /**
- * Cross-site form posts are refused (API.md, Pages): a foreign page must not make a visitor's
+ * Cross-site form posts are refused (docs/pages.md): a foreign page must not make a visitor's
  * browser spend a verification or reset token, or send mail in their name. A browser says where a
  * request comes from in Sec-Fetch-Site (trusted first: only same-origin and a typed-in or
  * bookmarked navigation, `none`, pass) and, in older browsers, in Origin. `Origin: null` is what

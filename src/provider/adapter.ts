@@ -14,7 +14,7 @@ export function keyedHash(key: Buffer | KeyObject, kind: string, value: string):
 /** What the library hands its adapter to store: a model's payload (its own shape). */
 export type Payload = Record<string, unknown>
 
-/** How long a retry of a rotated refresh token gets the same successor (API.md, Tokens). */
+/** How long a retry of a rotated refresh token gets the same successor (docs/provider.md). */
 export const REFRESH_RETRY_MS = 10_000
 /** How long the loser of two simultaneous refreshes waits for the winner's successor. */
 const RACE_WAIT_MS = 2_000

@@ -105,7 +105,7 @@ function view(row: ClientRow): RegisteredClient {
   return { client_id: row.client_id, ...ordered(registrationOf(row)), created_at: iso(row.created_at), updated_at: iso(row.updated_at) }
 }
 
-/** A new registration: what the operator gave, and the defaults of API.md for the rest. */
+/** A new registration: what the operator gave, and the defaults of docs/admin.md for the rest. */
 function withDefaults(input: ClientCreate): Registration {
   return {
     name: input.name,
@@ -253,7 +253,7 @@ function authenticationProblems(r: Registration, type: ClientType): ErrorDetail[
 }
 
 /**
- * Every problem of a registration, one detail each (fields as API.md's envelope names them:
+ * Every problem of a registration, one detail each (a detail's field is the path into the body:
  * `redirect_uris.2`). Rules that depend on the type are judged only once the type is valid, so a
  * wrong type is one problem, not many.
  */
@@ -286,7 +286,7 @@ function notFound(): AppError {
 }
 
 /**
- * The OpenID provider's clients, registered by operators (API.md, "Portcullis as an OpenID
+ * The OpenID provider's clients, registered by operators (docs/provider.md, "Portcullis as an OpenID
  * provider"): the admin API and the CLI both go through here. A confidential client's secret is
  * shown once, at creation and at rotation, and stored only sealed under KEY_ENCRYPTION_KEY (the
  * library compares the plaintext, so it cannot be a hash). Every change is an audit event written

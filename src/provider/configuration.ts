@@ -2,12 +2,12 @@ import type { Configuration, KoaContextWithOIDC } from 'oidc-provider'
 import type { JWK } from 'jose'
 import type { Html } from '../html.ts'
 
-/** The scopes a client may ask for (API.md): OpenID Connect's, and the watchlists API's. */
+/** The scopes a client may ask for (docs/provider.md): OpenID Connect's, and the watchlists API's. */
 export const OIDC_SCOPES = ['openid', 'profile', 'email', 'offline_access'] as const
 export const RESOURCE_SCOPES = ['watchlists:read', 'watchlists:write'] as const
 export const ALL_SCOPES = [...OIDC_SCOPES, ...RESOURCE_SCOPES]
 
-/** Where each endpoint lives, outside the base path (API.md). */
+/** Where each endpoint lives, outside the base path (docs/provider.md, Endpoints). */
 export const ROUTES = {
   authorization: '/oauth/authorize',
   token: '/oauth/token',
@@ -176,7 +176,7 @@ export function providerConfiguration(deps: ConfigurationDeps): Configuration {
       },
       introspection: {
         enabled: true,
-        // Confidential clients only (API.md), and only about their own tokens.
+        // Confidential clients only (docs/provider.md, Endpoints), and only about their own tokens.
         allowedPolicy: async (_ctx: Ctx, client: Loose, token: Loose) => client.clientAuthMethod !== 'none' && (!('clientId' in token) || token.clientId === client.clientId),
       },
       clientCredentials: { enabled: true },

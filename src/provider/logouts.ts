@@ -61,7 +61,7 @@ const logoutTable = queueTable<LogoutRow>('op_logout_deliveries')
 export const pruneLogoutDeliveries = logoutTable.deleteClosed
 
 /**
- * Back-Channel Logout through a durable queue (API.md, Logout): a notice is written in the
+ * Back-Channel Logout through a durable queue (docs/provider.md): a notice is written in the
  * transaction that ends the session, and the shared queue machinery (src/queue/durable.ts) delivers
  * it with retries, whichever instance is up, however the session ended.
  */

@@ -53,7 +53,7 @@ function peekClientId(token: string): string | null {
 }
 
 /**
- * The watchlists API as an OAuth resource server (API.md, "Resource side"): it accepts Portcullis's
+ * The watchlists API as an OAuth resource server (docs/provider.md): it accepts Portcullis's
  * own access tokens and the JWT access tokens (RFC 9068) the OpenID provider issues for this API,
  * which carry the scopes the person approved. Those are checked like the own tokens (signature
  * with the same key set, type, issuer, audience, expiry), then their grant and account through the

@@ -94,7 +94,7 @@ interface Interaction {
 }
 
 /**
- * The person's side of the provider (API.md): the pages at /oauth/interaction/{uid} the library
+ * The person's side of the provider (docs/provider.md, "The pages"): the pages at /oauth/interaction/{uid} the library
  * sends a browser to, to sign in (password, then the second factor when the account has one) and
  * to consent. A sign-in here is a Portcullis login, through the same service (limits counted
  * before judging, login order, audit, the credential epoch, the second-factor seam), and opens a
@@ -110,7 +110,7 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
       method: ['GET', 'POST', 'OPTIONS', 'HEAD'],
       url,
       onRequest: async (request, reply) => {
-        // A device's user code is 8 of 20 letters: guessing is held to the login budget (API.md).
+        // A device's user code is 8 of 20 letters: guessing is held to the login budget (docs/provider.md).
         if (request.method === 'POST' && pathOf(request) === ROUTES.code_verification) {
           try {
             reply.headers(await limits.perIp('login', request.ip))
@@ -164,7 +164,7 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
         const hint = typeof interaction.params.login_hint === 'string' ? interaction.params.login_hint : undefined
         return send(reply, 200, providerPages.signIn(brand, interaction.uid, name, { providers: upstream(), ...(hint ? { email: hint } : {}) }), targets)
       }
-      // A first-party client is not asked (API.md); everything else is, scope by scope.
+      // A first-party client is not asked (docs/provider.md); everything else is, scope by scope.
       if (firstParty) return finish(request, reply, { consent: { grantId: await grantFor(interaction) } })
       const email = interaction.session?.accountId ? await provider.emailOf(interaction.session.accountId) : null
       const scopes = String(interaction.params.scope ?? '').split(' ').filter(Boolean)
@@ -367,7 +367,7 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
 }
 
 /**
- * The apps a user approved through the provider (API.md): listed, and each revocable at once (its
+ * The apps a user approved through the provider (README.md, Endpoints): listed, and each revocable at once (its
  * grant and refresh tokens end; its access tokens stop working here within the revocation bound).
  */
 export async function protectedProviderRoutes(fastify: FastifyInstance, provider: ProviderService, recent: preHandlerHookHandler): Promise<void> {

@@ -2,7 +2,7 @@ import Type, { type Static } from 'typebox'
 import { Envelope } from '../http/schemas.ts'
 
 /**
- * The client registry's schemas (API.md, "Portcullis as an OpenID provider"): they validate,
+ * The client registry's schemas (docs/admin.md, "The OpenID provider's clients"): they validate,
  * serialise and document the admin routes (OpenAPI, tag `admin`). They check shapes only; the
  * rules between fields (a public client's method, PKCE, which URIs a client may use) are the
  * registry's, so the CLI gets the same answers as the API.

@@ -72,7 +72,7 @@ interface Loaded {
 }
 
 /**
- * Portcullis as an OpenID provider (API.md): panva's certified oidc-provider, configured strictly
+ * Portcullis as an OpenID provider (docs/provider.md): panva's certified oidc-provider, configured strictly
  * (src/provider/configuration.ts), on the project's database (src/provider/adapter.ts), with
  * Portcullis's accounts, sessions, keys and pages. The library costs about a quarter of a second
  * to import, so it is loaded on the first request that needs it, never at start-up; it is rebuilt
@@ -114,7 +114,7 @@ export class ProviderService {
       invalidGrant: (message) => new library.errors.InvalidGrant!(message),
     })
     const policy = library.interactionPolicy.base()
-    // acr_values=aal2 (API.md): a session without a second factor signs in again, with one.
+    // acr_values=aal2 (docs/provider.md): a session without a second factor signs in again, with one.
     policy.get('login').checks.add(
       new library.interactionPolicy.Check('aal2_required', 'a second factor is required', (ctx: KoaContextWithOIDC) =>
         wantsSecondFactor(ctx) && ctx.oidc.session?.acr !== 'aal2' ? library.interactionPolicy.Check.REQUEST_PROMPT : library.interactionPolicy.Check.NO_NEED_TO_PROMPT,
@@ -138,7 +138,7 @@ export class ProviderService {
     const provider = new library.Provider(settings.issuer, configuration)
     // Its endpoint URLs come from the issuer alone (the mount sets the forwarded headers from it).
     provider.proxy = true
-    // Every ID token carries `sid` (API.md), not only those of clients registered for Back-Channel Logout.
+    // Every ID token carries `sid`, not only those of clients registered for Back-Channel Logout.
     provider.Client.prototype.includeSid = () => true
     provider.use(async (ctx, next) => {
       await next()
@@ -282,7 +282,7 @@ export class ProviderService {
     }
   }
 
-  /** The apps a user approved (API.md: `GET /auth/me/apps`). */
+  /** The apps a user approved (README.md, Endpoints: `GET /auth/me/apps`). */
   async appsOf(userId: string): Promise<ApprovedApp[]> {
     const rows = await records.grantsOf(this.deps.db.kysely, userId, this.deps.clock.now())
     const apps: ApprovedApp[] = []

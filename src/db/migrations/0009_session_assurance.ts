@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely'
 
 /**
- * How a session was authenticated (API.md, Tokens): `amr` (RFC 8176 values, space-separated),
+ * How a session was authenticated (docs/tokens.md): `amr` (RFC 8176 values, space-separated),
  * `acr` (`aal1` or `aal2`) and `auth_time` (when it was last verified; null reads as its creation).
  * Every session before this release was opened by a password alone.
  */

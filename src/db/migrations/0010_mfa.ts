@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely'
 
 /**
- * Second factors (API.md, Second factors). One table of factors, whatever their type: a TOTP
+ * Second factors (docs/mfa.md). One table of factors, whatever their type: a TOTP
  * factor holds its sealed secret and the last step it accepted; a passkey (a later migration)
  * adds its own columns. Recovery codes and mfa_tokens are stored only as keyed hashes.
  */

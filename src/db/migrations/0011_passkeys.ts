@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely'
 
 /**
- * Passkeys (API.md, Passkeys): one more factor type in mfa_factors, with the columns a WebAuthn
+ * Passkeys (docs/mfa.md, Passkeys): one more factor type in mfa_factors, with the columns a WebAuthn
  * credential needs (none of them secret: the private key never leaves the authenticator), and the
  * server-made challenges of the ceremonies, stored only as keyed hashes.
  */

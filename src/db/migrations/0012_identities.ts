@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely'
 
 /**
- * Sign-in with an identity provider (API.md, OpenID Connect): the identities linked to accounts,
+ * Sign-in with an identity provider (docs/oidc.md): the identities linked to accounts,
  * the flows in progress (state, nonce and PKCE verifier kept server-side, bound to one browser),
  * and the one-time login codes a callback hands to the application instead of tokens.
  */

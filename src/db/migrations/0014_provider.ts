@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely'
 
 /**
- * Portcullis as an OpenID provider (API.md, "Portcullis as an OpenID provider"):
+ * Portcullis as an OpenID provider (docs/provider.md):
  *
  * - `sessions.client_name`: the app a session signed in to through the provider's pages.
  * - `op_clients`: the clients operators registered. `metadata` is the client's registration as

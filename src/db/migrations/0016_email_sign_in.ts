@@ -1,7 +1,7 @@
 import type { Kysely } from 'kysely'
 
 /**
- * Sign in with an e-mailed code or link (API.md, "Sign in with an e-mailed code or link"): one row
+ * Sign in with an e-mailed code or link (docs/email-sign-in.md): one row
  * per sign-in started, at most one live per address. The 6-digit code is kept as a keyed hash (to
  * judge what is typed) and sealed (to show it on the link's page on another device); the link's
  * token as a keyed hash. `user_id` is null for an address with no account yet (EMAIL_SIGNUP).
