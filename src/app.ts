@@ -160,7 +160,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   installValidation(app)
   installErrorHandling(app)
 
-  await registerApiDocs(app, config.publicUrl)
+  await registerApiDocs(app, config.publicUrl, config.exposure.docs)
 
   const { auth, mfa, oidc, lifecycle, dataRights, admin, apiKeys, db, keys, watchlists, limits, hasher, metrics, readiness } = services
   // The sensitive actions need a recent second factor when the account has one (src/mfa/).
@@ -169,7 +169,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   const oidcRoutes = { basePath: config.basePath, secure: secureCookies, brand }
   // The API's protected resource metadata (RFC 9728), named in its 401s.
   const metadataUrl = resourceMetadataUrl(config.publicUrl, config.basePath)
-  await app.register(opsRoutes, { db, keys, metrics, readiness })
+  await app.register(opsRoutes, { db, keys, metrics, readiness, metricsAccess: config.exposure.metrics })
   // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
   await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand, ownOrigin: new URL(config.publicUrl).origin })
   // The e-mailed sign-in link's page, beside them (src/email/).

@@ -49,6 +49,9 @@ const EnvSchema = Type.Object({
   OIDC_PROVIDERS: Type.Optional(Type.String({ minLength: 1, maxLength: 400 })),
   OIDC_REDIRECT_ORIGINS: Type.Optional(Type.String({ minLength: 1 })),
   EMAIL_SIGNUP: Type.Boolean({ default: false }),
+  METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16, maxLength: 512, pattern: '^[\\x21-\\x7e]+$' })),
+  METRICS_PUBLIC: Type.Boolean({ default: false }),
+  DOCS: Type.Optional(Type.Union([Type.Literal('on'), Type.Literal('off')])),
   OP_ISSUER: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+/?$' })),
   OP_ACCESS_TOKEN_TTL: Type.Integer({ minimum: 60, maximum: 86_400, default: 900 }),
   OP_REGISTRATION: Type.Union([Type.Literal('off'), Type.Literal('initial-access-token')], { default: 'off' }),
@@ -99,6 +102,7 @@ function describe(variable: string, schema: unknown): string {
   if (s.anyOf) return `must be one of ${s.anyOf.map((v) => v.const).join(', ')}`
   if (s.type === 'integer') return s.maximum === undefined ? `must be a whole number of at least ${s.minimum}` : `must be a whole number from ${s.minimum} to ${s.maximum}`
   if (s.type === 'boolean') return 'must be true or false'
+  if (variable === 'METRICS_TOKEN') return 'must be 16 to 512 printable characters without spaces (openssl rand -hex 32)'
   if (variable === 'APP_NAME') return 'must be 1 to 60 characters without control characters'
   if (variable === 'OP_ISSUER') return 'must be an origin with no path (https://id.example.com): the provider serves its discovery documents at the issuer\'s root'
   if (variable.endsWith('_URL') && s.pattern) return `must be a URL matching ${s.pattern}`
@@ -111,7 +115,7 @@ function parseEnv(source: Record<string, string | undefined>): Env {
   for (const key of Object.keys(EnvSchema.properties)) {
     const value = source[key]
     if (value === undefined || value === '') continue
-    if (key === 'REQUIRE_EMAIL_VERIFICATION' || key === 'EMAIL_SIGNUP') {
+    if (key === 'REQUIRE_EMAIL_VERIFICATION' || key === 'EMAIL_SIGNUP' || key === 'METRICS_PUBLIC') {
       // Only the two spellings; "yes", "0" or a typo must not silently mean either.
       raw[key] = value === 'true' ? true : value === 'false' ? false : value
     } else if ((EnvSchema.properties[key as keyof typeof EnvSchema.properties] as { type?: string }).type === 'integer') {
@@ -169,7 +173,12 @@ function relyingParty(env: { WEBAUTHN_RP_ID?: string; WEBAUTHN_RP_NAME?: string;
     origins = [new URL(publicUrl).origin, ...corsOrigins].filter(fits)
     if (origins.length === 0) throw new ConfigError('WEBAUTHN_RP_ID', `(${id}) fits neither PUBLIC_URL nor CORS_ORIGINS: set WEBAUTHN_ORIGINS to the pages that use passkeys`)
   }
-  return { id, name: env.WEBAUTHN_RP_NAME?.trim() || appName, origins }
+  // A page allowed to call the API that silently cannot use passkeys (an application on
+  // 127.0.0.1 while the RP ID is localhost, say) is logged at start with the reason.
+  const unlisted = corsOrigins
+    .filter((origin) => !origins.includes(origin))
+    .map((origin) => ({ origin, reason: fits(origin) ? 'it is not in WEBAUTHN_ORIGINS' : `its host is not ${id} (WEBAUTHN_RP_ID) or a subdomain of it` }))
+  return { id, name: env.WEBAUTHN_RP_NAME?.trim() || appName, origins, unlisted }
 }
 
 /** One identity provider (docs/oidc.md), from OIDC_PROVIDERS and its OIDC_{NAME}_* variables. */
@@ -274,6 +283,15 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     mailFrom: env.MAIL_FROM,
     redisUrl: env.REDIS_URL,
     requireEmailVerification: env.REQUIRE_EMAIL_VERIFICATION,
+    /**
+     * Who may read /metrics and /docs (docs/operations.md): with `token`, only a caller bearing it;
+     * otherwise anyone when `public` (true outside production, or METRICS_PUBLIC=true), nobody in
+     * production. The docs are on unless DOCS=off, and off in production unless DOCS=on.
+     */
+    exposure: {
+      metrics: { token: env.METRICS_TOKEN ?? null, public: env.METRICS_PUBLIC || !production },
+      docs: env.DOCS === undefined ? !production : env.DOCS === 'on',
+    },
     /** EMAIL_SIGNUP: the first e-mailed sign-in of an unknown address makes a verified account without a password. */
     emailSignup: env.EMAIL_SIGNUP,
     publicUrl,

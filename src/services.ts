@@ -130,6 +130,7 @@ type Infrastructure = Awaited<ReturnType<typeof startInfrastructure>>
 
 async function startInfrastructure(config: Config, overrides: AppOverrides, logger: Logger, db: Db, started: (() => unknown)[]) {
   const clock = overrides.clock ?? systemClock
+  for (const { origin, reason } of config.webauthn.unlisted) logger.warn({ origin }, `CORS origin ${origin} cannot use passkeys: ${reason}`)
   // Read the blocklist at start, not on the first registration's request path.
   loadCommonPasswords()
   await migrate(db)

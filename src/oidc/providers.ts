@@ -77,7 +77,20 @@ export class OidcProviders {
       provider.client = client
       this.logger.info({ provider: config.name, issuer: config.issuer }, 'identity provider discovered')
     } catch (error) {
-      this.logger.warn({ provider: config.name, issuer: config.issuer, err: { message: (error as Error).message } }, 'identity provider unavailable; discovery is tried again every minute')
+      this.logger.warn({ provider: config.name, issuer: config.issuer, err: { message: causeChain(error) } }, 'identity provider unavailable; discovery is tried again every minute')
     }
   }
+}
+
+/**
+ * An error's message with its causes: fetch reports only "fetch failed", and what went wrong (the
+ * name did not resolve, the connection was refused, the certificate was not trusted) is its cause.
+ */
+export function causeChain(error: unknown): string {
+  const parts: string[] = []
+  for (let current: unknown = error; current instanceof Error && parts.length < 5; current = current.cause) {
+    const code = (current as { code?: unknown }).code
+    parts.push(typeof code === 'string' && !current.message.includes(code) ? `${current.message} (${code})` : current.message)
+  }
+  return parts.length > 0 ? parts.join(': ') : String(error)
 }

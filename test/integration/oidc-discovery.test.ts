@@ -5,7 +5,7 @@ import { test } from 'node:test'
 import { OidcProviders } from '../../src/oidc/providers.ts'
 
 // A provider that is down when the service starts is shown as unavailable and found again by the
-// retry, without a restart (API.md: discovery retried every 60 s; here every 50 ms). The provider
+// retry, without a restart (docs/oidc.md: discovery retried every 60 s; here every 50 ms). The provider
 // is a bare discovery document: what is under test is our retry, not the OpenID exchange, which
 // test/integration/oidc.test.ts runs against a real provider.
 test('a provider down at start is unavailable, then available once discovery answers', async () => {
@@ -40,5 +40,23 @@ test('a provider down at start is unavailable, then available once discovery ans
   } finally {
     providers.stop()
     await new Promise((resolve) => server.close(resolve))
+  }
+})
+
+test('a provider whose address does not answer is logged with the cause, not only "fetch failed"', async () => {
+  // A port nothing listens on: fetch throws "fetch failed" whose cause is the refused connection.
+  const closed = createServer()
+  await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve))
+  const issuer = `http://127.0.0.1:${(closed.address() as AddressInfo).port}`
+  await new Promise((resolve) => closed.close(resolve))
+  const logged: { err: { message: string } }[] = []
+  const logger = { info() {}, warn: (fields: { err: { message: string } }) => logged.push(fields), error() {}, debug() {} } as never
+  const providers = new OidcProviders([{ name: 'gone', label: 'Gone', issuer, clientId: 'c', clientSecret: 's', scopes: 'openid email', trustEmail: false }], logger, 60_000)
+  try {
+    await providers.start()
+    assert.equal(logged.length, 1)
+    assert.match(logged[0]!.err.message, /ECONNREFUSED/)
+  } finally {
+    providers.stop()
   }
 })

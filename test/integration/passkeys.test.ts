@@ -5,6 +5,7 @@ import { decodeJwt } from 'jose'
 import { ENGINES } from '../helpers/db.ts'
 import { mailText } from '../helpers/mail.ts'
 import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
+import { LogCapture } from '../helpers/logs.ts'
 import { SoftAuthenticator, type CreationOptionsJSON, type RequestOptionsJSON } from '../helpers/webauthn.ts'
 
 // Passkeys (API.md, Passkeys), driven by a software authenticator written for these tests
@@ -266,3 +267,16 @@ for (const engine of ENGINES) {
     })
   })
 }
+
+test('a CORS origin that cannot use passkeys is logged at start with the reason (a page on 127.0.0.1 while the RP ID is localhost)', async () => {
+  const logs = new LogCapture()
+  const t = await startTestApp('sqlite', { env: { LOG_LEVEL: 'warn', CORS_ORIGINS: 'http://127.0.0.1:5173,http://localhost:5173' }, overrides: { logStream: logs } })
+  try {
+    const warnings = logs.messages(/cannot use passkeys/)
+    assert.equal(warnings.length, 1, logs.lines.join('\n'))
+    assert.equal(warnings[0]!.origin, 'http://127.0.0.1:5173')
+    assert.match(String(warnings[0]!.msg), /host is not localhost \(WEBAUTHN_RP_ID\)/)
+  } finally {
+    await t.close()
+  }
+})

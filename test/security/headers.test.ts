@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
 import { describe, test } from 'node:test'
 import { registerVerifyLogin, startTestApp } from '../helpers/app.ts'
 
@@ -19,6 +20,47 @@ describe('security: headers and transport', () => {
       }
     } finally {
       await t.close()
+    }
+  })
+
+  test('production keeps /metrics and the API reference to itself: 404 unless METRICS_TOKEN, METRICS_PUBLIC or DOCS say otherwise; a token is needed and checked', async () => {
+    const get = (t: Awaited<ReturnType<typeof startTestApp>>, url: string, authorization?: string) =>
+      t.app.inject({ method: 'GET', url, headers: { 'x-forwarded-proto': 'https', ...(authorization ? { authorization } : {}) } })
+    const closed = await startTestApp('sqlite', { env: PRODUCTION })
+    try {
+      for (const url of ['/metrics', '/docs', '/docs/', '/openapi.json']) {
+        const answer = await get(closed, url)
+        assert.equal(answer.statusCode, 404, url)
+        assert.equal(answer.json().error.code, 'NOT_FOUND', url)
+      }
+      assert.equal((await get(closed, '/healthz')).statusCode, 200, 'health stays open')
+    } finally {
+      await closed.close()
+    }
+    const token = 'a-metrics-token-of-32-characters'
+    const guarded = await startTestApp('sqlite', { env: { ...PRODUCTION, METRICS_TOKEN: token, METRICS_PUBLIC: 'true', DOCS: 'on' } })
+    try {
+      const missing = await get(guarded, '/metrics')
+      assert.equal(missing.statusCode, 401)
+      assert.equal(missing.json().error.code, 'AUTH_REQUIRED', 'the token wins over METRICS_PUBLIC')
+      assert.match(String(missing.headers['www-authenticate']), /^Bearer/)
+      const wrong = await get(guarded, '/metrics', `Bearer ${token.slice(0, -1)}x`)
+      assert.equal(wrong.statusCode, 401)
+      assert.equal(wrong.json().error.code, 'INVALID_TOKEN')
+      const right = await get(guarded, '/metrics', `Bearer ${token}`)
+      assert.equal(right.statusCode, 200)
+      assert.match(right.body, /^# HELP /m)
+      const doc = await get(guarded, '/openapi.json')
+      assert.equal(doc.statusCode, 200, 'DOCS=on')
+      assert.equal(doc.json().info.version, JSON.parse(readFileSync('package.json', 'utf8')).version, "the document's version is the package's")
+    } finally {
+      await guarded.close()
+    }
+    const open = await startTestApp('sqlite', { env: { ...PRODUCTION, METRICS_PUBLIC: 'true' } })
+    try {
+      assert.equal((await get(open, '/metrics')).statusCode, 200)
+    } finally {
+      await open.close()
     }
   })
 

@@ -24,6 +24,9 @@ describe('config', () => {
     ['a port out of range', { PORT: '70000' }, /^Invalid configuration: PORT /],
     ['a boolean that is neither true nor false', { REQUIRE_EMAIL_VERIFICATION: 'yes' }, /REQUIRE_EMAIL_VERIFICATION must be true or false/],
     ['an unknown NODE_ENV', { NODE_ENV: 'staging' }, /NODE_ENV must be one of/],
+    ['a METRICS_TOKEN too short to be a secret', { METRICS_TOKEN: 'short' }, /METRICS_TOKEN must be 16 to 512 printable characters/],
+    ['a METRICS_PUBLIC that is neither true nor false', { METRICS_PUBLIC: 'yes' }, /METRICS_PUBLIC must be true or false/],
+    ['a DOCS that is neither on nor off', { DOCS: 'true' }, /DOCS must be one of on, off/],
     ['a non-PostgreSQL DATABASE_URL', { DATABASE_URL: 'mysql://x' }, /DATABASE_URL/],
     ['a BASE_PATH without a leading slash', { BASE_PATH: 'v1' }, /BASE_PATH/],
     ['a link template without {token}', { VERIFY_EMAIL_URL: 'https://app.example/verify' }, /VERIFY_EMAIL_URL/],
@@ -48,13 +51,20 @@ describe('config', () => {
   }
 
   test('the passkey relying party: PUBLIC_URL by default, the CORS origins that fit, and a misfit named at start', () => {
-    assert.deepEqual(loadConfig({}).webauthn, { id: 'localhost', name: 'Portcullis', origins: ['http://localhost:3000'] })
+    assert.deepEqual(loadConfig({}).webauthn, { id: 'localhost', name: 'Portcullis', origins: ['http://localhost:3000'], unlisted: [] })
     const shared = loadConfig({ PUBLIC_URL: 'https://auth.example.com', CORS_ORIGINS: 'https://app.example.com,https://partner.example.org', WEBAUTHN_RP_ID: 'example.com', APP_NAME: 'Acme' })
-    assert.deepEqual(shared.webauthn, { id: 'example.com', name: 'Acme', origins: ['https://auth.example.com', 'https://app.example.com'] })
+    assert.deepEqual(shared.webauthn, { id: 'example.com', name: 'Acme', origins: ['https://auth.example.com', 'https://app.example.com'], unlisted: [{ origin: 'https://partner.example.org', reason: 'its host is not example.com (WEBAUTHN_RP_ID) or a subdomain of it' }] })
     assert.deepEqual(loadConfig({ PUBLIC_URL: 'https://auth.example.com', WEBAUTHN_RP_NAME: 'Acme Sign-in' }).webauthn.name, 'Acme Sign-in')
     assert.throws(() => loadConfig({ PUBLIC_URL: 'https://auth.example.com', WEBAUTHN_RP_ID: 'example.com', WEBAUTHN_ORIGINS: 'https://app.example.com,https://evil.example.net' }), /WEBAUTHN_ORIGINS has https:\/\/evil\.example\.net/)
     assert.throws(() => loadConfig({ PUBLIC_URL: 'https://auth.example.com', WEBAUTHN_RP_ID: 'other.example' }), /WEBAUTHN_RP_ID/)
     assert.throws(() => loadConfig({ WEBAUTHN_ORIGINS: 'not an origin' }), /WEBAUTHN_ORIGINS/)
+    // A page allowed to call the API that cannot use passkeys is named, with the reason, for the start-up log.
+    assert.deepEqual(loadConfig({ CORS_ORIGINS: 'http://127.0.0.1:5173,http://localhost:5173' }).webauthn.unlisted, [
+      { origin: 'http://127.0.0.1:5173', reason: 'its host is not localhost (WEBAUTHN_RP_ID) or a subdomain of it' },
+    ])
+    assert.deepEqual(loadConfig({ CORS_ORIGINS: 'http://localhost:5173', WEBAUTHN_ORIGINS: 'http://localhost:3000' }).webauthn.unlisted, [
+      { origin: 'http://localhost:5173', reason: 'it is not in WEBAUTHN_ORIGINS' },
+    ])
   })
 
   test('the OpenID provider: its issuer is PUBLIC_URL\'s origin by default, an issuer with a path is refused, dynamic registration is refused', () => {
