@@ -2,7 +2,7 @@
 // file holding our code and the dependency-free ESM packages it imports (typebox, kysely, jose).
 // Node 20 loads ESM one small file at a time; as one file the server is ready in about half the
 // time and smaller in memory. Everything else (native addons, CommonJS packages with files of
-// their own) stays an ordinary import from node_modules. The rest of dist/ (the client, the CLI,
+// their own) stays an ordinary import from node_modules. The rest of dist/ (the CLI,
 // the .d.ts files) is tsc's output as before.
 import { readFileSync } from 'node:fs'
 import { build } from 'esbuild'

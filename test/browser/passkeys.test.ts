@@ -11,7 +11,7 @@ import { PASSWORD, registerVerifyLogin, uniqueEmail } from '../helpers/app.ts'
 /**
  * Passkeys in a real browser (issue 24): Debian's Chromium with a CDP virtual authenticator
  * (resident keys, user verification), on a small page served from the service's own origin that
- * uses the typed client (dist/client): add a passkey, log out, sign in with the passkey alone, and
+ * uses the typed client (packages/client/dist): add a passkey, log out, sign in with the passkey alone, and
  * use it as the second factor after the password. Once per engine.
  */
 describe('passkeys in Chromium with a virtual authenticator', () => {
