@@ -75,7 +75,7 @@ async function post(url: string, body: unknown, token?: string): Promise<{ statu
 }
 
 /**
- * Adding a factor needs a verified address (API.md), and the bench's server does not require
+ * Adding a factor needs a verified address (docs/mfa.md), and the bench's server does not require
  * verification to sign in, so registration mails nothing: resend-verification does, into the
  * server's outbox, where the token stands on a line of its own.
  */

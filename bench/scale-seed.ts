@@ -30,7 +30,7 @@ const CREATED_SPREAD_DAYS = 547
 /** The share of second sessions that are long expired (the rest, and every first session, are from the last week). */
 const OLD_SESSION_SHARE = 0.2
 const REVOKED_SHARE = 0.05
-/** The service's retention of audit events (API.md; AUDIT_RETENTION_DAYS' default). */
+/** The service's retention of audit events (docs/operations.md; AUDIT_RETENTION_DAYS' default). */
 const AUDIT_RETENTION_DAYS = 365
 
 const FIRST = ['olivia', 'liam', 'emma', 'noah', 'amelia', 'oliver', 'ava', 'elijah', 'sophia', 'lucas', 'mia', 'levi', 'isabella', 'mateo', 'evelyn', 'james', 'harper', 'ezra', 'luna', 'henry', 'camila', 'asher', 'gianna', 'leo', 'elena', 'aiden', 'aria', 'jack', 'nora', 'owen', 'zoe', 'kai', 'hazel', 'theo', 'ines', 'omar', 'yuki', 'ravi', 'chen', 'fatima']

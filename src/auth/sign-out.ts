@@ -16,8 +16,8 @@ export type EndPendingProofs = (trx: Executor, userId: string, now: number) => P
 export type EndSessions = (trx: Executor, userId: string, sessionIds: string[], now: number) => Promise<void>
 
 /**
- * What every event that ends all of an account's sessions also does (API.md, "Pending proofs die
- * with the account's sessions", and Tokens): logout-all, a password reset or change, a disable, an
+ * What every event that ends all of an account's sessions also does (docs/SECURITY.md: pending proofs die
+ * with the account's sessions; docs/tokens.md): logout-all, a password reset or change, a disable, an
  * operator's revocation or MFA reset, deletion. In the caller's transaction, before it revokes the
  * sessions: the credential epoch moves, so a sign-in already past its credential check opens no
  * session (src/auth/sessions.ts), and each module's pending proofs end.

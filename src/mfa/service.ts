@@ -120,8 +120,8 @@ export class MfaService {
   }
 
   /**
-   * The account, if a factor may be added to it now: never while its address is unverified (API.md,
-   * "Unverified addresses"): a stranger who registered someone else's address must not leave a way
+   * The account, if a factor may be added to it now: never while its address is unverified (docs/mfa.md,
+   * unverified addresses): a stranger who registered someone else's address must not leave a way
    * in that survives the owner's password reset.
    */
   private async userAddingFactor(userId: string): Promise<UserRow> {
@@ -206,8 +206,8 @@ export class MfaService {
     if (!challenge) throw new AppError('INVALID_MFA_TOKEN')
     const user = await users.findById(this.db, challenge.user_id)
     if (!user) throw new AppError('INVALID_MFA_TOKEN')
-    // Counted before judged, for the account and then for the token (API.md, "Limits hold under
-    // concurrency"): a burst of guesses counts one by one on every engine and instance.
+    // Counted before judged, for the account and then for the token (docs/SECURITY.md, "Guesses sent
+    // at once"): a burst of guesses counts one by one on every engine and instance.
     await this.deps.limits.claimLoginAttempt(user.email)
     // Disabled between the two steps: no session.
     if (user.status === 'disabled') throw new AppError('ACCOUNT_DISABLED')

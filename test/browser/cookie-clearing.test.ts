@@ -14,7 +14,7 @@ async function refreshCookies(context: BrowserContext): Promise<Cookie[]> {
 }
 
 /**
- * API.md, "Browser sessions": logout and every revocation of that session clear the cookie.
+ * docs/SECURITY.md, "Browser sessions": logout and every revocation of that session clear the cookie.
  * Once per engine, one browser and one server: a page on the API's own origin, where the cookie
  * reaches every auth route and the server clears it; then a cross-origin application using the
  * client, where the cookie reaches only the cookie routes and the client must clear it.

@@ -12,7 +12,7 @@ import { ENGINES } from '../helpers/db.ts'
 import { mailText } from '../helpers/mail.ts'
 
 /**
- * Sign in with an e-mailed code or link (API.md, "Sign in with an e-mailed code or link"), the
+ * Sign in with an e-mailed code or link (docs/email-sign-in.md, "Sign in with an e-mailed code or link"), the
  * person's side in Debian's Chromium, once per engine. The application's page starts the sign-in
  * with the typed client, from an origin of its own (in CORS_ORIGINS, so an allowed redirect_to) and
  * from the service's origin; the mailed link opens as a mail client opens it, in a new tab of the

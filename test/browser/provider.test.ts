@@ -13,7 +13,7 @@ import { oathtool } from '../helpers/totp.ts'
 import type { ClientCreate } from '../../src/provider/schemas.ts'
 
 /**
- * Portcullis as an OpenID provider, the person's side in Debian's Chromium (API.md, "Portcullis as
+ * Portcullis as an OpenID provider, the person's side in Debian's Chromium (docs/provider.md, "Portcullis as
  * an OpenID provider": no-JS pages, axe-clean, CSRF-safe, no-store, framing refused), once per
  * engine: a relying party on loopback (openid-client, PKCE) sends the browser to the sign-in page,
  * the second-factor page and the consent page, and to the pages the library renders (the error

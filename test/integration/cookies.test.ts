@@ -8,7 +8,7 @@ import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp 
 const APP_ORIGIN = 'https://app.example.com'
 const COOKIE = { 'x-token-transport': 'cookie' }
 
-/** Browser sessions (API.md): the refresh token in an HttpOnly cookie, opted into per request. */
+/** Browser sessions (docs/SECURITY.md, "Browser sessions"): the refresh token in an HttpOnly cookie, opted into per request. */
 for (const engine of ENGINES) {
   describe(`cookie mode on ${engine}`, () => {
     let t: TestApp

@@ -7,7 +7,7 @@ import { mailText } from '../helpers/mail.ts'
 import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 import { oathtool } from '../helpers/totp.ts'
 
-/** Sign in with an e-mailed code or link (API.md, "Sign in with an e-mailed code or link"). */
+/** Sign in with an e-mailed code or link (docs/email-sign-in.md, "Sign in with an e-mailed code or link"). */
 const APP = 'http://localhost:4000'
 
 for (const engine of ENGINES) {

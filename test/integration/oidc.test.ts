@@ -10,7 +10,7 @@ import { startTestProvider, type TestAccount, type TestProvider } from '../helpe
 import { PortcullisClient, PortcullisError, type LoginResult } from '../../packages/client/src/index.ts'
 import { oathtool } from '../helpers/totp.ts'
 
-// Sign-in with an identity provider (API.md, OpenID Connect) against a real OpenID provider
+// Sign-in with an identity provider (docs/oidc.md) against a real OpenID provider
 // (oidc-provider, test/helpers/oidc-provider.ts) on loopback: the whole redirect chain over HTTP,
 // the browser's part played here (the portcullis_oidc cookie carried by hand). The service itself
 // is reached with inject; only the provider listens. Chromium does it once in test/browser/oidc.test.ts.

@@ -8,7 +8,7 @@ import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp 
 import { LogCapture } from '../helpers/logs.ts'
 import { SoftAuthenticator, type CreationOptionsJSON, type RequestOptionsJSON } from '../helpers/webauthn.ts'
 
-// Passkeys (API.md, Passkeys), driven by a software authenticator written for these tests
+// Passkeys (docs/mfa.md, Passkeys), driven by a software authenticator written for these tests
 // (test/helpers/webauthn.ts: P-256 keys, `none` attestation, CBOR by hand), not by the library the
 // service verifies with. The browser's own ceremony is test/browser/passkeys.test.ts.
 const ORIGIN = 'https://auth.example.com'

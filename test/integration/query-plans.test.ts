@@ -126,7 +126,7 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
     return new URL(String(response.headers.location))
   }
   const cookieOf = (set: unknown) => /portcullis_oidc=([^;]+)/.exec(String(set))![1]!
-  // The application's PKCE pair for the login code (API.md: the exchange must carry its proof).
+  // The application's PKCE pair for the login code (docs/oidc.md: the exchange must carry its proof).
   const verifier = randomBytes(32).toString('base64url')
   const challenge = createHash('sha256').update(verifier).digest('base64url')
   const started = await t.app.inject({ method: 'GET', url: `${api}/auth/oidc/test/start?redirect_to=${encodeURIComponent(`${PLANS_URL}/back`)}&code_challenge=${challenge}&code_challenge_method=S256` })

@@ -5,7 +5,7 @@ import { ENGINES } from '../helpers/db.ts'
 
 /**
  * A device's user code is 8 of 20 letters (RFC 8628 section 5.1): the page that takes it counts each
- * attempt against the per-IP login budget (API.md), and past it answers a page, not the library.
+ * attempt against the per-IP login budget (docs/provider.md), and past it answers a page, not the library.
  */
 for (const engine of ENGINES) {
   describe(`wrong device codes are limited per IP on ${engine}`, () => {

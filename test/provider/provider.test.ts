@@ -14,7 +14,7 @@ import { rotateSigningKeys } from '../../src/auth/keys.ts'
 import type { ClientCreate } from '../../src/provider/schemas.ts'
 
 /**
- * Portcullis as an OpenID provider, end to end as a certification suite would drive it (API.md,
+ * Portcullis as an OpenID provider, end to end as a certification suite would drive it (docs/provider.md,
  * "Portcullis as an OpenID provider"): one listening app per engine, a real relying party
  * (openid-client), and a browser (test/helpers/op-browser.ts) on the provider's pages.
  */

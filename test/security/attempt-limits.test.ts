@@ -6,7 +6,7 @@ import { PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp 
 import { oathtool } from '../helpers/totp.ts'
 
 /**
- * API.md, "Limits hold under concurrency": an attempt is counted before it is judged, so guesses
+ * docs/SECURITY.md, "Guesses sent at once": an attempt is counted before it is judged, so guesses
  * sent at once count one by one, on every engine and across instances sharing Redis. Every burst
  * here is real concurrent requests (Promise.all of injects, or of HTTP calls to two listening
  * instances); the clocks are frozen, so no attempt waits out a delay while the burst runs.

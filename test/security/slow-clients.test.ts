@@ -8,7 +8,7 @@ import { PASSWORD, startTestApp, type TestApp } from '../helpers/app.ts'
 const DRIP_MS = 150
 
 /**
- * API.md, Abuse limits, "Slow clients": a request whose headers and body have not all arrived
+ * docs/SECURITY.md, abuse limits, "Slow clients": a request whose headers and body have not all arrived
  * within REQUEST_TIMEOUT_SECONDS is answered 408 REQUEST_TIMEOUT in the envelope and its connection
  * closed. Over a real socket, since Node's HTTP parser is what is being tested; with a 1 s limit so
  * the test is quick. The cut happens before any route runs, so one engine is enough.

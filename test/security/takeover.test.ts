@@ -11,7 +11,7 @@ import { startTestProvider, type TestAccount, type TestProvider } from '../helpe
 import { oathtool } from '../helpers/totp.ts'
 import { SoftAuthenticator, type CreationOptionsJSON, type RequestOptionsJSON } from '../helpers/webauthn.ts'
 
-// Account takeover by indirect paths (issue 29, items 1, 2, 5, 6 and 8; API.md "Second factors" from
+// Account takeover by indirect paths (issue 29, items 1, 2, 5, 6 and 8; docs/mfa.md from
 // "Never a bypass" on, "Passkeys", "Tokens", and the change-password rule under "Error codes"). Each
 // test performs the attack and shows it refused. TOTP codes come from oathtool, passkeys from the
 // software authenticator, provider sign-ins from a real OpenID provider on loopback; the service is

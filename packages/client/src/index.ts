@@ -71,7 +71,7 @@ export interface PortcullisClientOptions {
   /** The API's base address, version segment included: `https://auth.example.com/v1`. */
   baseUrl: string
   /**
-   * In a browser `cookie` by default: the refresh token never reaches script (seed 5.6). `body`
+   * In a browser `cookie` by default: the refresh token never reaches script (docs/client.md, cookie mode). `body`
    * there only when asked for, with a console warning. Elsewhere (Node) `body` by default.
    */
   transport?: Transport
@@ -139,7 +139,7 @@ function expiryMs(jwt: string): number | null {
 }
 
 /**
- * A typed client for the Portcullis API: one method per operation, one error type, and the seed's
+ * A typed client for the Portcullis API: one method per operation, one error type, and the service's
  * client rules built in (on TOKEN_EXPIRED refresh once and repeat once; concurrent callers share
  * one refresh; a refused refresh ends the session and never loops).
  */
@@ -702,7 +702,7 @@ export class PortcullisClient {
 
   /** Revokes one of the user's sessions; when it is this client's own, ends it here as logoutAll does. */
   async revokeSession(id: string): Promise<SessionRevocation> {
-    // This client's session is the access token's `sid` claim (API.md, "Tokens"), read locally:
+    // This client's session is the access token's `sid` claim (docs/tokens.md), read locally:
     // listSessions' `current` would add a round trip before every revocation (after it, that call
     // is refused) for an answer the token already carries.
     const { sid } = claimsOf((await this.accessToken()) ?? '')

@@ -1,6 +1,6 @@
 /**
- * RFC 7636 between the application and Portcullis for a provider sign-in (API.md, "The login code
- * is bound to whoever started the flow"): startOidc() sends the S256 challenge and keeps the
+ * RFC 7636 between the application and Portcullis for a provider sign-in (docs/oidc.md: the login code
+ * is bound to whoever started the flow): startOidc() sends the S256 challenge and keeps the
  * verifier; exchangeOidcCode() sends it back. A login code planted in this tab by someone else's
  * sign-in then arrives without the verifier of its own start, and opens nothing.
  */

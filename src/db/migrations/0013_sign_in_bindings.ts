@@ -1,8 +1,8 @@
 import type { Kysely } from 'kysely'
 
 /**
- * What binds a sign-in under way to the account's state and to whoever started it (API.md, Tokens;
- * Second factors, "Never a bypass"; Sign in with an identity provider, the login-code binding):
+ * What binds a sign-in under way to the account's state and to whoever started it (docs/tokens.md;
+ * docs/mfa.md, never a bypass; docs/oidc.md, the login-code binding):
  *
  * - `users.credential_epoch` counts the events that end every session of the account (password reset
  *   or change, logout-all, disable, an operator's revocation or MFA reset). A sign-in remembers the
