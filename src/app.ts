@@ -20,6 +20,7 @@ import { protectedMfaRoutes, publicMfaRoutes, recentSecondFactor } from './mfa/r
 import { protectedOidcRoutes, publicOidcRoutes } from './oidc/routes.ts'
 import { pageRoutes } from './pages/routes.ts'
 import { profilePageRoutes, protectedProfileRoutes } from './profile/routes.ts'
+import { webhookAdminRoutes } from './webhooks/routes.ts'
 import { advertiseResourceMetadata, resourceMetadataUrl } from './provider/resource.ts'
 import { protectedProviderRoutes, providerRoutes } from './provider/routes.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
@@ -218,6 +219,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       })
       // Operators: API keys, never a user's token (src/admin/).
       await api.register(adminRoutes, { admin, apiKeys, limits, clients: services.clients })
+      // The operators' webhook endpoints and their deliveries (src/webhooks/).
+      await api.register(webhookAdminRoutes, { webhooks: services.webhooks, apiKeys, limits })
     },
     { prefix: config.basePath },
   )

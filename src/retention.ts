@@ -9,6 +9,7 @@ import { ceremonies, challenges } from './mfa/store.ts'
 import { deleteExpiredLoginCodes } from './auth/login-codes.ts'
 import { signIns } from './email/store.ts'
 import { emailChanges } from './profile/store.ts'
+import { deliveries as webhookDeliveries, deliveryTable as webhookTable } from './webhooks/store.ts'
 import { flows } from './oidc/store.ts'
 import { pruneLogoutDeliveries } from './provider/logouts.ts'
 import { records } from './provider/store.ts'
@@ -43,6 +44,9 @@ const DEFAULT_BATCH = 100
  * the server without holding the event loop, so it may take ten times the share.
  */
 const DEFAULT_DUTY = { sqlite: 0.005, postgres: 0.05 }
+/** A delivered (or given up) webhook's payload is kept a week for the deliveries log, its record a month. */
+export const WEBHOOK_PAYLOAD_KEEP_MS = 7 * 24 * 3600_000
+export const WEBHOOK_RECORD_KEEP_MS = 30 * 24 * 3600_000
 /** The shortest pause between full batches. */
 const MIN_PAUSE_MS = 5
 
@@ -54,6 +58,8 @@ export interface RetentionPass {
   mail: number
   /** The OpenID provider's expired codes, tokens, grants, sessions and interactions, and its delivered logout notices. */
   provider: number
+  /** Webhook payloads emptied a week after their outcome, and delivery records deleted after a month. */
+  webhooks: number
 }
 
 /**
@@ -120,6 +126,7 @@ export class Retention {
       }),
       mail: await this.drain((limit) => outbox.deleteClosed(kysely, now - MAIL_RECORD_KEEP_MS, limit)),
       provider: await this.drain(async (limit) => (await records.deleteExpired(kysely, ended, limit)) + (await pruneLogoutDeliveries(kysely, now - MAIL_RECORD_KEEP_MS, limit))),
+      webhooks: await this.drain(async (limit) => (await webhookDeliveries.erasePayloads(kysely, now - WEBHOOK_PAYLOAD_KEEP_MS, limit)) + (await webhookTable.deleteClosed(kysely, now - WEBHOOK_RECORD_KEEP_MS, limit))),
       auditEvents: this.options.auditDays > 0 ? await this.drain((limit) => auditStore.deleteOlderThan(kysely, now - this.options.auditDays * 86_400_000, limit)) : 0,
     }
     if (Object.values(deleted).some((count) => count > 0)) this.logger.info({ deleted }, 'retention pass')

@@ -43,6 +43,8 @@ import { ResourceTokens } from './provider/resource.ts'
 import { endProviderGrants, endProviderSessions } from './provider/logouts.ts'
 import { ProviderService } from './provider/service.ts'
 import { ProfileService } from './profile/service.ts'
+import { WebhookService } from './webhooks/service.ts'
+import type { DurableQueueOptions } from './queue/durable.ts'
 import { Retention } from './retention.ts'
 import { WatchlistService } from './watchlists/service.ts'
 
@@ -72,6 +74,8 @@ export interface AppOverrides {
   tokenCacheSize?: number
   /** Rows a retention batch deletes (tests make it small to see several batches). */
   retentionBatch?: number
+  /** Webhook queue timings and the receivers' time to answer (tests make them short). */
+  webhooks?: { queue?: Partial<DurableQueueOptions>; timeoutMs?: number }
 }
 
 export interface AppServices {
@@ -87,6 +91,8 @@ export interface AppServices {
   email: EmailSignIn
   /** The user's name and address (src/profile/). */
   profile: ProfileService
+  /** Events to the application (src/webhooks/): the endpoints, the outbox and its delivery queue. */
+  webhooks: WebhookService
   lifecycle: LifecycleService
   accounts: AccountService
   dataRights: DataRights
@@ -178,11 +184,19 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
 /** The services the routes call, built on the infrastructure; nothing here starts anything. */
 async function wireDomain(infra: Infrastructure, config: Config, overrides: AppOverrides, logger: Logger) {
   const { db, clock, sealer, keys, mailQueue, commits, feed, gate, background, limits, hasher } = infra
+  const cursors = new CursorCodec(await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now()))
+  // The account modules write their events into the webhooks' outbox, in the transaction of each change.
+  const webhooks = new WebhookService({
+    db, clock, sealer, logger, cursors, metrics: infra.metrics, production: config.production,
+    ...(overrides.webhooks?.queue ? { queue: overrides.webhooks.queue } : {}),
+    ...(overrides.webhooks?.timeoutMs ? { timeoutMs: overrides.webhooks.timeoutMs } : {}),
+  })
+  const events = webhooks.outbox
   const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock, ...(overrides.tokenCacheSize ? { cacheSize: overrides.tokenCacheSize } : {}) })
   const brand = { appName: config.appName }
   const sessions = new SessionOpener({ tokens, clock, commits, requireEmailVerification: config.requireEmailVerification })
   const mfa: MfaService = new MfaService({
-    db, clock, sealer, sessions, tokens, limits, mailQueue, brand,
+    db, clock, sealer, sessions, tokens, limits, mailQueue, brand, events,
     hasher: new SecretHasher(await sealedSecret(db, sealer, 'mfa_hmac', clock.now())),
     stepUpMs: config.mfaStepUpMs,
     rp: new RelyingParty(config.webauthn),
@@ -190,17 +204,16 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     hasIdentity: (trx, userId): Promise<boolean> => oidc.hasIdentity(trx, userId),
   })
   const auth = new AuthService({
-    db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand, commits, sessions, secondFactor: mfa,
+    db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand, commits, sessions, secondFactor: mfa, events,
     requireEmailVerification: config.requireEmailVerification,
     verifyEmailUrl: config.verifyEmailUrl,
   })
-  const cursors = new CursorCodec(await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), clock.now()))
   const watchlists = new WatchlistService(db, clock, cursors)
   const audit = new AuditLog(db)
   // The one-time login code a sign-in ending in the browser hands to the application (providers, e-mailed links).
   const loginCodes = new LoginCodes(clock, await sealedSecret(db, sealer, 'login_code_hmac', clock.now()))
   const oidc = new OidcService({
-    db, clock, sealer, sessions, logger, auth,
+    db, clock, sealer, sessions, logger, auth, events,
     providers: infra.identityProviders,
     hmacKey: await sealedSecret(db, sealer, 'oidc_hmac', clock.now()),
     loginCodes,
@@ -213,10 +226,10 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   // Every event that ends all of an account's sessions also ends the sign-ins under way and the
   // proofs pending in these modules (src/auth/sign-out.ts).
   const signOut = accountSignOut(clock)
-  const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, signOut, resetPasswordUrl: config.resetPasswordUrl })
-  const accounts = new AccountService(db, clock, signOut, (changes) => feed.applyLocally(changes))
+  const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, signOut, events, resetPasswordUrl: config.resetPasswordUrl })
+  const accounts = new AccountService(db, clock, signOut, (changes) => feed.applyLocally(changes), events)
   const email = new EmailSignIn({
-    db, clock, sealer, limits, mailQueue, background, brand, sessions, loginCodes, signOut,
+    db, clock, sealer, limits, mailQueue, background, brand, sessions, loginCodes, signOut, events,
     hmacKey: await sealedSecret(db, sealer, 'email_hmac', clock.now()),
     secondFactor: mfa,
     applyLocally: (changes) => feed.applyLocally(changes),
@@ -230,14 +243,14 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     signup: config.emailSignup,
   })
   const profile = new ProfileService({
-    db, clock, hasher, limits, mailQueue, lifecycle, brand,
+    db, clock, hasher, limits, mailQueue, lifecycle, brand, events,
     confirmUrl: `${config.publicUrl}/confirm-email-change?token=`,
     recentMs: config.mfaStepUpMs,
   })
   const clients = new ClientRegistry({ db, clock, sealer })
   const resourceTokens = new ResourceTokens({ db, keys: infra.keys, gate, clock, sessions, issuer: config.provider.issuer, resource: config.audience })
   const provider = new ProviderService({
-    db, clock, sealer, clients, logger,
+    db, clock, sealer, clients, logger, events,
     keys: infra.keys,
     hmacKey: await sealedSecret(db, sealer, 'op_hmac', clock.now()),
     cookieKey: await sealedSecret(db, sealer, 'op_cookie_key', clock.now()),
@@ -251,7 +264,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc, apps: provider })
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider)
-  return { tokens, auth, mfa, oidc, email, profile, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
+  return { tokens, auth, mfa, oidc, email, profile, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {
@@ -291,6 +304,8 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     // The provider's Back-Channel Logout queue delivers through the provider (loaded when a notice is due).
     domain.provider.logouts.start()
     started.push(() => domain.provider.logouts.stop())
+    await domain.webhooks.start()
+    started.push(() => domain.webhooks.stop())
     registerGauges(infra, domain.tokens)
     return {
       services: { ...infra, ...domain, readiness: new Readiness() },

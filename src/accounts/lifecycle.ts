@@ -15,6 +15,7 @@ import { passwordResetMail, type MailBrand } from '../mail/index.ts'
 import type { MailQueue } from '../mail/queue.ts'
 import { isUuid } from '../text.ts'
 import { recordEvent, type AuditType, type RequestContext } from '../audit/events.ts'
+import type { AccountEvents, WebhookEventType } from '../webhooks/events.ts'
 
 
 export interface LifecycleDeps {
@@ -30,6 +31,8 @@ export interface LifecycleDeps {
   brand: MailBrand
   /** Ends the sign-ins under way and the pending proofs wherever sessions all end. */
   signOut: AccountSignOut
+  /** The webhooks' outbox (src/webhooks/): events written in the transaction of the change. */
+  events: AccountEvents
 }
 
 export interface SessionView {
@@ -53,12 +56,13 @@ export class LifecycleService {
    * Revokes sessions and publishes them to the revocation feed in one transaction, records the
    * event, and applies the change to this instance at once (others follow within the gate's bound).
    * When every session of the account ends (all, or all but the caller's), so do the sign-ins under
-   * way and the pending proofs (src/auth/sign-out.ts).
+   * way and the pending proofs (src/auth/sign-out.ts). `audit.event` is the webhook event to write
+   * with it, if any.
    */
   private async revokeSessions(
     userId: string,
     which: { only?: string; except?: string },
-    audit: { type: AuditType; context: RequestContext },
+    audit: { type: AuditType; context: RequestContext; event?: { type: WebhookEventType; data: Record<string, unknown> } },
     alsoInTransaction?: (trx: Db['kysely']) => Promise<void>,
   ): Promise<string[]> {
     const now = this.deps.clock.now()
@@ -69,6 +73,10 @@ export class LifecycleService {
       if (which.only !== undefined) await this.deps.signOut.endSessions(trx, userId, ids)
       await publishChanges(trx, sessionRevocations(userId, ids))
       await recordEvent(trx, this.deps.clock, { type: audit.type, userId, context: audit.context })
+      if (audit.event) {
+        const user = await users.findById(trx, userId)
+        if (user) await this.deps.events.emit(trx, audit.event.type, user, audit.event.data)
+      }
       return ids
     })
     this.deps.feed.applyLocally(sessionRevocations(userId, revoked))
@@ -99,7 +107,7 @@ export class LifecycleService {
   }
 
   async logoutAll(principal: Principal, context: RequestContext): Promise<number> {
-    return (await this.revokeSessions(principal.userId, {}, { type: 'logout.all', context })).length
+    return (await this.revokeSessions(principal.userId, {}, { type: 'logout.all', context, event: { type: 'session.revoked_all', data: { by: 'user' } } })).length
   }
 
   async listSessions(principal: Principal): Promise<SessionView[]> {
@@ -169,7 +177,7 @@ export class LifecycleService {
     if (!user) throw new AppError('INVALID_RESET_TOKEN')
     throwIfProblems(passwordProblems(password, user.email))
     const hash = await this.deps.hasher.hash(password)
-    await this.revokeSessions(user.id, {}, { type: 'password.reset', context }, async (trx) => {
+    await this.revokeSessions(user.id, {}, { type: 'password.reset', context, event: { type: 'user.password_changed', data: { by: 'reset' } } }, async (trx) => {
       const now = this.deps.clock.now()
       // Consumed in the same transaction: two racing resets with one token cannot both succeed.
       if (!(await oneTimeTokens.consume(trx, tokenHash, 'reset_password', now))) throw new AppError('INVALID_RESET_TOKEN')
@@ -195,7 +203,7 @@ export class LifecycleService {
     await this.deps.limits.loginSucceeded(user.email)
     throwIfProblems(passwordProblems(newPassword, user.email, 'new_password'))
     const hash = await this.deps.hasher.hash(newPassword)
-    const revoked = await this.revokeSessions(principal.userId, { except: principal.sessionId }, { type: 'password.changed', context }, async (trx) => {
+    const revoked = await this.revokeSessions(principal.userId, { except: principal.sessionId }, { type: 'password.changed', context, event: { type: 'user.password_changed', data: { by: 'change' } } }, async (trx) => {
       const now = this.deps.clock.now()
       await users.setPasswordHash(trx, user.id, hash, now)
       // A reset link mailed before the change would undo it.

@@ -7,6 +7,7 @@ import { CLI_CONTEXT, recordEvent, type AuditType, type RequestContext } from '.
 import { AuditLog } from '../audit/service.ts'
 import type { AuditEventRow } from '../audit/store.ts'
 import type { AccountSignOut } from '../auth/sign-out.ts'
+import { NO_EVENTS, type AccountEvents, type WebhookEventType } from '../webhooks/events.ts'
 import { accountStore } from './store.ts'
 
 export type DisableReason = NonNullable<UserRow['disabled_reason']>
@@ -60,6 +61,8 @@ export class AccountService {
     /** Ends the sign-ins under way and the pending proofs wherever sessions all end. */
     private readonly signOut: AccountSignOut,
     private readonly onChange: (changes: Change[]) => void = () => {},
+    /** The webhooks' outbox (src/webhooks/): events written in the transaction of the change. */
+    private readonly webhookEvents: AccountEvents = NO_EVENTS,
   ) {}
 
   /** The account, or UnknownUserError. */
@@ -79,9 +82,13 @@ export class AccountService {
     who: UserRef,
     audit: { type: AuditType; reason?: string | null; context: RequestContext },
     write: (trx: Db['kysely'], user: UserRow) => Promise<Change[]>,
+    event?: (user: UserRow) => { type: WebhookEventType; data?: Record<string, unknown> } | null,
   ): Promise<{ user: UserRow; changes: Change[] }> {
     const user = await this.find(who)
     const changes = await this.db.kysely.transaction().execute(async (trx) => {
+      // Before the write: the account's last event (user.deleted) is written while it still exists.
+      const announced = event?.(user)
+      if (announced) await this.webhookEvents.emit(trx, announced.type, user, announced.data)
       const changes: Change[] = [{ kind: 'user_changed', user_id: user.id }, ...(await write(trx, user))]
       await publishChanges(trx, changes)
       await recordEvent(trx, this.clock, { type: audit.type, userId: user.id, reason: audit.reason ?? null, context: audit.context })
@@ -110,7 +117,7 @@ export class AccountService {
     const { user } = await this.change(who, { type: 'account.verified', context }, async (trx, user) => {
       await users.markVerified(trx, user.id, this.clock.now())
       return []
-    })
+    }, (user) => (user.email_verified_at === null ? { type: 'user.verified', data: { by: 'operator' } } : null))
     return this.summaryOf(user)
   }
 
@@ -120,7 +127,7 @@ export class AccountService {
       // Nothing under way finishes: a disable that is later lifted must not let it through.
       await this.signOut.endAll(trx, user.id)
       return []
-    })
+    }, (user) => (user.status === 'disabled' && user.disabled_reason === reason ? null : { type: 'user.disabled', data: { reason } }))
     return this.summaryOf(user)
   }
 
@@ -128,7 +135,7 @@ export class AccountService {
     const { user } = await this.change(who, { type: 'account.enabled', context }, async (trx, user) => {
       await users.setStatus(trx, user.id, 'active', null, this.clock.now())
       return []
-    })
+    }, (user) => (user.status === 'disabled' ? { type: 'user.enabled' } : null))
     return this.summaryOf(user)
   }
 
@@ -137,7 +144,7 @@ export class AccountService {
     const { changes } = await this.change(who, { type: 'sessions.revoked_by_operator', context }, async (trx, user) => {
       await this.signOut.endAll(trx, user.id)
       return sessionRevocations(user.id, await sessions.revoke(trx, user.id, this.clock.now()))
-    })
+    }, () => ({ type: 'session.revoked_all', data: { by: 'operator' } }))
     return changes.filter((change) => change.kind === 'session_revoked').length
   }
 
@@ -149,6 +156,7 @@ export class AccountService {
     let removed = 0
     const { user, changes } = await this.change(who, { type: 'mfa.reset', context }, async (trx, user) => {
       removed = await reset(trx, user)
+      if (removed > 0) await this.webhookEvents.emit(trx, 'user.mfa_disabled', user, { by: 'operator' })
       await this.signOut.endAll(trx, user.id)
       return sessionRevocations(user.id, await sessions.revoke(trx, user.id, this.clock.now()))
     })
@@ -168,7 +176,7 @@ export class AccountService {
       await watchlists.deleteAllOf(trx, user.id)
       await accountStore.deleteUserData(trx, user.id)
       return sessionRevocations(user.id, live)
-    })
+    }, () => ({ type: 'user.deleted', data: { by: context.actor ? 'operator' : 'user' } }))
     return { user_id: user.id, email: user.email }
   }
 }

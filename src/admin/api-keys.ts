@@ -6,7 +6,7 @@ import type { Db } from '../db/index.ts'
 import { CLI_CONTEXT, recordEvent, type RequestContext } from '../audit/events.ts'
 import { apiKeyStore, type ApiKeyRow } from './store.ts'
 
-export const SCOPES = ['users:read', 'users:write', 'audit:read', 'clients:read', 'clients:write'] as const
+export const SCOPES = ['users:read', 'users:write', 'audit:read', 'clients:read', 'clients:write', 'webhooks:read', 'webhooks:write'] as const
 export type Scope = (typeof SCOPES)[number]
 
 export const KEY_PREFIX = 'pcl_'

@@ -23,7 +23,7 @@ const BEARER = /^Bearer +(\S+) *$/i
  * body is read. A missing credential is AUTH_REQUIRED; anything that is not a live key (a user's
  * JWT included) is INVALID_API_KEY, and counts against the caller's IP: past the limit, RATE_LIMITED.
  */
-function protectWithApiKeys(scope: FastifyInstance, apiKeys: ApiKeyService, limits: Limits): void {
+export function protectWithApiKeys(scope: FastifyInstance, apiKeys: ApiKeyService, limits: Limits): void {
   scope.decorateRequest('apiKey', null)
   scope.addHook('onRequest', async (request) => {
     const header = request.headers.authorization
@@ -39,7 +39,7 @@ function protectWithApiKeys(scope: FastifyInstance, apiKeys: ApiKeyService, limi
 }
 
 /** A route-level hook: the key must carry `scope` (RFC 6750's insufficient_scope otherwise). */
-function requireScope(scope: Scope) {
+export function requireScope(scope: Scope) {
   return async (request: FastifyRequest) => {
     if (!request.apiKey?.scopes.includes(scope)) {
       throw new AppError('INSUFFICIENT_SCOPE', { headers: { 'www-authenticate': `Bearer realm="portcullis", error="insufficient_scope", scope="${scope}"` } })
@@ -48,7 +48,7 @@ function requireScope(scope: Scope) {
 }
 
 /** The request's context for the audit trail, with the key as the actor. */
-function actedBy(request: FastifyRequest) {
+export function actedBy(request: FastifyRequest) {
   return { ...requestContext(request), actor: `api_key:${request.apiKey!.id}` }
 }
 

@@ -56,6 +56,11 @@ export const AUDIT_TYPES = [
   'profile.updated',
   'email.change_requested',
   'email.changed',
+  'webhook.created',
+  'webhook.updated',
+  'webhook.removed',
+  'webhook.secret_rotated',
+  'webhook.disabled',
 ] as const
 
 export type AuditType = (typeof AUDIT_TYPES)[number]

@@ -5,6 +5,7 @@ import { isUniqueViolation, type Db } from '../db/index.ts'
 import { oneTimeTokens, sessions, users, type UserRow } from '../db/repositories.ts'
 import { AppError, type ErrorDetail } from '../errors.ts'
 import type { Logger } from '../logger.ts'
+import type { AccountEvents } from '../webhooks/events.ts'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
 import type { Background } from '../background.ts'
 import { verificationMail, type MailBrand } from '../mail/index.ts'
@@ -28,6 +29,8 @@ export interface Principal {
 }
 
 export interface AuthServiceDeps {
+  /** The webhooks' outbox (src/webhooks/): events written in the transaction of the change. */
+  events: AccountEvents
   db: Db
   clock: Clock
   hasher: PasswordHasher
@@ -101,6 +104,7 @@ export class AuthService {
         await users.insert(trx, row)
         if (this.deps.requireEmailVerification) await this.queueVerification(trx, row.id, email, now)
         await recordEvent(trx, this.deps.clock, { type: 'account.registered', userId: row.id, context })
+        await this.deps.events.emit(trx, 'user.created', row, { full_name: row.full_name, email_verified: false, method: 'password' })
       })
     } catch (error) {
       if (isUniqueViolation(error)) throw new AppError('EMAIL_EXISTS')
@@ -123,9 +127,11 @@ export class AuthService {
     const email = await this.db.transaction().execute(async (trx) => {
       const userId = await oneTimeTokens.consume(trx, hashOneTimeToken(token), 'verify_email', now)
       if (!userId) return null
-      await users.markVerified(trx, userId, now)
+      const newly = await users.markVerified(trx, userId, now)
       await recordEvent(trx, this.deps.clock, { type: 'email.verified', userId, context })
-      return (await users.findById(trx, userId))?.email ?? null
+      const user = await users.findById(trx, userId)
+      if (newly && user) await this.deps.events.emit(trx, 'user.verified', user)
+      return user?.email ?? null
     })
     if (!email) throw new AppError('INVALID_VERIFICATION_TOKEN')
     return { email, verified: true }
@@ -182,6 +188,7 @@ export class AuthService {
       await this.db.transaction().execute(async (trx) => {
         await users.insert(trx, row)
         await recordEvent(trx, this.deps.clock, { type: 'account.registered', userId: row.id, reason, context })
+        await this.deps.events.emit(trx, 'user.created', row, { full_name: row.full_name, email_verified: true, method: reason })
         await alsoInTransaction(trx, row)
       })
     } catch (error) {

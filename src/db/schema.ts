@@ -345,6 +345,51 @@ export interface EmailChangesTable {
   used_at: number | null
 }
 
+/** An operator's webhook endpoint (migration 0018). */
+export interface WebhookEndpointsTable {
+  id: string
+  url: string
+  /** Space-separated event types, or `*`. */
+  events: string
+  description: string | null
+  enabled: number
+  /** The signing secret (`whsec_...`), sealed under KEY_ENCRYPTION_KEY. */
+  secret: string
+  previous_secret: string | null
+  previous_secret_until: number | null
+  failing_since: number | null
+  disabled_reason: string | null
+  created_at: number
+  updated_at: number
+}
+
+/** One event for one endpoint: the outbox row and its delivery (migration 0018). */
+export interface WebhookDeliveriesTable {
+  id: string
+  /** The event's webhook-id: the same on every attempt and for every endpoint. */
+  event_id: string
+  endpoint_id: string
+  user_id: string
+  sequence: number
+  type: string
+  /** The body sent; emptied a week after the outcome. */
+  payload: string | null
+  attempts: Generated<number>
+  created_at: number
+  next_attempt_at: number
+  lease_owner: string | null
+  lease_until: number | null
+  sent_at: number | null
+  failed_at: number | null
+  last_error: string | null
+  last_status: number | null
+}
+
+export interface WebhookSequencesTable {
+  user_id: string
+  last: number
+}
+
 export interface Database {
   users: UsersTable
   sessions: SessionsTable
@@ -369,4 +414,7 @@ export interface Database {
   op_logout_deliveries: OpLogoutDeliveriesTable
   email_sign_ins: EmailSignInsTable
   email_changes: EmailChangesTable
+  webhook_endpoints: WebhookEndpointsTable
+  webhook_deliveries: WebhookDeliveriesTable
+  webhook_sequences: WebhookSequencesTable
 }

@@ -1,4 +1,5 @@
 import { createHmac, randomBytes, randomInt, randomUUID, timingSafeEqual } from 'node:crypto'
+import type { AccountEvents } from '../webhooks/events.ts'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
 import type { KeySealer } from '../auth/key-encryption.ts'
 import type { LoginCodes } from '../auth/login-codes.ts'
@@ -26,6 +27,8 @@ const CODE = /^\d{6}$/
 const CODE_CHALLENGE = /^[A-Za-z0-9_-]{43}$/
 
 export interface EmailSignInDeps {
+  /** The webhooks' outbox (src/webhooks/): events written in the transaction of the change. */
+  events: AccountEvents
   db: Db
   clock: Clock
   sealer: KeySealer
@@ -231,6 +234,7 @@ export class EmailSignIn {
       if (current.email_verified_at !== null) return current
       await users.markVerified(trx, current.id, now)
       await recordEvent(trx, this.deps.clock, { type: 'email.verified', userId: current.id, reason: 'email_sign_in', context })
+      await this.deps.events.emit(trx, 'user.verified', current)
       if (current.password_hash === NO_PASSWORD) return { ...current, email_verified_at: now }
       // Someone may have registered the owner's address first: what they set up ends here.
       await users.setPasswordHash(trx, current.id, NO_PASSWORD, now)

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import type { AccountEvents } from '../webhooks/events.ts'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
 import { KeyEncryptionError, type KeySealer } from '../auth/key-encryption.ts'
 import { NO_PASSWORD } from '../auth/passwords.ts'
@@ -55,6 +56,8 @@ export interface FactorView {
 }
 
 export interface MfaDeps {
+  /** The webhooks' outbox (src/webhooks/): events written in the transaction of the change. */
+  events: AccountEvents
   db: Db
   clock: Clock
   sealer: KeySealer
@@ -316,6 +319,7 @@ export class MfaService {
       if (!(await factors.confirm(trx, user.id, factor.id, step, now))) throw new AppError('NOT_FOUND')
       const codes = first ? await this.issueRecoveryCodes(trx, user.id, context) : undefined
       await recordEvent(trx, this.deps.clock, { type: 'mfa.factor_added', userId: user.id, reason: 'totp', context })
+      if (first) await this.deps.events.emit(trx, 'user.mfa_enabled', user, { method: 'totp' })
       await this.notify(trx, user, 'A sign-in method was added to your account', `An authenticator app ("${factor.name}") was added as a second factor to your ${this.deps.brand.appName} account.`)
       return { factor: view({ ...factor, confirmed_at: now, last_used_at: now }), ...(codes ? { recovery_codes: codes } : {}) }
     })
@@ -377,6 +381,7 @@ export class MfaService {
       await factors.insert(trx, row)
       const codes = first ? await this.issueRecoveryCodes(trx, user.id, context) : undefined
       await recordEvent(trx, this.deps.clock, { type: 'mfa.factor_added', userId: user.id, reason: 'passkey', context })
+      if (first) await this.deps.events.emit(trx, 'user.mfa_enabled', user, { method: 'passkey' })
       await this.notify(trx, user, 'A sign-in method was added to your account', `A passkey ("${row.name}") was added to your ${this.deps.brand.appName} account. It signs you in without a password and serves as a second factor.`)
       return { factor: view(row), ...(codes ? { recovery_codes: codes } : {}) }
     })
@@ -470,7 +475,10 @@ export class MfaService {
       if (factor.type === 'passkey' && factor.confirmed_at !== null && !(await this.otherWayIn(trx, user.id, factor.id))) throw new AppError('LAST_SIGN_IN_METHOD')
       if (!(await factors.delete(trx, user.id, factor.id))) throw new AppError('NOT_FOUND')
       if (factor.confirmed_at === null) return
-      if ((await factors.listConfirmed(trx, user.id)).length === 0) await recoveryCodes.deleteAllOf(trx, user.id)
+      if ((await factors.listConfirmed(trx, user.id)).length === 0) {
+        await recoveryCodes.deleteAllOf(trx, user.id)
+        await this.deps.events.emit(trx, 'user.mfa_disabled', user, { by: 'user' })
+      }
       await recordEvent(trx, this.deps.clock, { type: 'mfa.factor_removed', userId: user.id, reason: factor.type, context })
       await this.notify(trx, user, 'A sign-in method was removed from your account', `The second factor "${factor.name}" was removed from your ${this.deps.brand.appName} account.`)
     })

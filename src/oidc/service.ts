@@ -1,5 +1,6 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto'
 import { jwtVerify } from 'jose'
+import type { AccountEvents } from '../webhooks/events.ts'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
 import { normaliseEmail } from '../auth/input.ts'
 import type { KeySealer } from '../auth/key-encryption.ts'
@@ -46,6 +47,8 @@ export interface IdentityView {
 }
 
 export interface OidcDeps {
+  /** The webhooks' outbox (src/webhooks/): events written in the transaction of the change. */
+  events: AccountEvents
   db: Db
   clock: Clock
   sealer: KeySealer
@@ -333,6 +336,7 @@ export class OidcService {
       return await this.deps.auth.registerFederated({ email: claims.email, fullName: claims.name }, context, async (trx, user) => {
         await identities.insert(trx, { id: randomUUID(), user_id: user.id, provider: name, subject: claims.sub, email: claims.email, created_at: now, last_used_at: now })
         await recordEvent(trx, this.deps.clock, { type: 'oidc.linked', userId: user.id, reason: name, context })
+        await this.deps.events.emit(trx, 'user.identity_linked', user, { provider: name })
       })
     } catch (error) {
       if (error instanceof AppError && error.code === 'EMAIL_EXISTS') throw new CallbackRefused('account_exists')
@@ -383,6 +387,7 @@ export class OidcService {
   /** A new link is never silent: the audit event, and a mail to the user naming the provider (docs/SECURITY.md: no link is silent). */
   private async linked(trx: Db['kysely'], user: UserRow, provider: Provider, context: RequestContext): Promise<void> {
     await recordEvent(trx, this.deps.clock, { type: 'oidc.linked', userId: user.id, reason: provider.config.name, context })
+    await this.deps.events.emit(trx, 'user.identity_linked', user, { provider: provider.config.name })
     await this.deps.mailQueue.enqueue(trx, { userId: user.id, kind: 'security_notice', message: identityLinkedMail(this.deps.brand, user.email, provider.config.label) })
   }
 
@@ -448,6 +453,7 @@ export class OidcService {
       if (user.password_hash === NO_PASSWORD && linked.length === 1 && !(await this.deps.hasPasskey(user.id, trx))) throw new AppError('LAST_SIGN_IN_METHOD')
       if (!(await identities.delete(trx, user.id, own.id))) throw new AppError('NOT_FOUND')
       await recordEvent(trx, this.deps.clock, { type: 'oidc.unlinked', userId: user.id, reason: own.provider, context })
+      await this.deps.events.emit(trx, 'user.identity_unlinked', user, { provider: own.provider })
       return own
     })
     return { id: removed.id, deleted: true as const }

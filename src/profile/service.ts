@@ -14,6 +14,7 @@ import type { Limits } from '../limits/limits.ts'
 import { securityNoticeMail, type MailBrand } from '../mail/index.ts'
 import type { MailQueue } from '../mail/queue.ts'
 import { emailChangeMail } from '../mail/templates.ts'
+import type { AccountEvents } from '../webhooks/events.ts'
 import { emailChanges } from './store.ts'
 
 export interface ProfileDeps {
@@ -27,6 +28,8 @@ export interface ProfileDeps {
   /** The link mailed to the new address: `{PUBLIC_URL}/confirm-email-change?token=` + the token. */
   confirmUrl: string
   brand: MailBrand
+  /** The webhooks' outbox (src/webhooks/): events written in the transaction of the change. */
+  events: AccountEvents
   /** How recent the sign-in of an account without a password must be to change its address (MFA_STEP_UP_SECONDS). */
   recentMs: number
 }
@@ -57,8 +60,9 @@ export class ProfileService {
     throwIfProblems(name.problem ? [{ field: 'full_name', message: name.problem }] : [])
     const now = this.deps.clock.now()
     await this.db.transaction().execute(async (trx) => {
-      const updated = await trx.updateTable('users').set({ full_name: name.value, updated_at: now }).where('id', '=', principal.userId).executeTakeFirst()
-      if (updated.numUpdatedRows === 0n) throw new AppError('INVALID_TOKEN')
+      const updated = await trx.updateTable('users').set({ full_name: name.value, updated_at: now }).where('id', '=', principal.userId).returning(['id', 'email']).executeTakeFirst()
+      if (!updated) throw new AppError('INVALID_TOKEN')
+      await this.deps.events.emit(trx, 'user.updated', updated, { full_name: name.value })
       await recordEvent(trx, this.deps.clock, { type: 'profile.updated', userId: principal.userId, context })
     })
   }
@@ -136,6 +140,7 @@ export class ProfileService {
         if (holder && holder.id !== user.id) throw new Refused('taken')
         if (!(await emailChanges.consume(trx, tokenHash, now))) throw new Refused('dead')
         await trx.updateTable('users').set({ email: change.new_email, email_verified_at: now, updated_at: now }).where('id', '=', user.id).execute()
+        await this.deps.events.emit(trx, 'user.updated', { id: user.id, email: change.new_email }, { previous_email: user.email })
         await emailChanges.retireAll(trx, user.id, now)
         // The links mailed to the old address would act on an address the account no longer has.
         await oneTimeTokens.retireAll(trx, user.id, 'reset_password', now)

@@ -221,10 +221,13 @@ export class PortcullisAdapter {
  * every instance, so its JWT access tokens stop working on Portcullis's own API within the bound.
  */
 export async function revokeGrant(db: Db, grantHash: string): Promise<void> {
-  await db.kysely.transaction().execute(async (trx) => {
-    const owner = await records.destroyGrant(trx, grantHash)
-    if (owner !== null) await publishChanges(trx, [{ kind: 'grant_revoked', user_id: owner, target_id: grantHash }])
-  })
+  await db.kysely.transaction().execute((trx) => revokeGrantIn(trx, grantHash))
+}
+
+/** revokeGrant in the caller's transaction. */
+export async function revokeGrantIn(trx: Db['kysely'], grantHash: string): Promise<void> {
+  const owner = await records.destroyGrant(trx, grantHash)
+  if (owner !== null) await publishChanges(trx, [{ kind: 'grant_revoked', user_id: owner, target_id: grantHash }])
 }
 
 /** Waits for the winner of a refresh race to store its successor; null if it never does. */

@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks'
+import type { AccountEvents } from '../webhooks/events.ts'
 import { createSecretKey, type KeyObject } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { KoaContextWithOIDC, Provider } from 'oidc-provider'
@@ -11,7 +12,7 @@ import { sessions, users } from '../db/repositories.ts'
 import type { Logger } from '../logger.ts'
 import { decodeJwt } from 'jose'
 import type { Metrics } from '../http/metrics.ts'
-import { adapterFactory, keyedHash, PortcullisAdapter, revokeGrant, successorOf, type RequestState } from './adapter.ts'
+import { adapterFactory, keyedHash, PortcullisAdapter, revokeGrantIn, successorOf, type RequestState } from './adapter.ts'
 import type { ResourceTokens } from './resource.ts'
 import { BackchannelLogouts, queueLogoutNotices, type LogoutRow } from './logouts.ts'
 import type { ClientRegistry } from './clients.ts'
@@ -31,6 +32,8 @@ export interface ProviderSettings {
 }
 
 export interface ProviderServiceDeps {
+  /** The webhooks' outbox (src/webhooks/): events written in the transaction of the change. */
+  events: AccountEvents
   db: Db
   clock: Clock
   sealer: KeySealer
@@ -305,8 +308,13 @@ export class ProviderService {
   /** Ends a user's grants of one client and their refresh tokens at once; false when there were none. */
   async revokeApp(userId: string, clientId: string): Promise<boolean> {
     const rows = (await records.grantsOf(this.deps.db.kysely, userId, this.deps.clock.now())).filter((row) => row.client_id === clientId)
-    for (const row of rows) await revokeGrant(this.deps.db, row.id_hash)
-    return rows.length > 0
+    if (rows.length === 0) return false
+    await this.deps.db.kysely.transaction().execute(async (trx) => {
+      for (const row of rows) await revokeGrantIn(trx, row.id_hash)
+      const user = await users.findById(trx, userId)
+      if (user) await this.deps.events.emit(trx, 'oauth.grant_revoked', user, { client_id: clientId })
+    })
+    return true
   }
 }
 

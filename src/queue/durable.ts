@@ -22,13 +22,18 @@ export interface DurableStore<Row extends DurableRow> {
    * Leases up to `limit` due rows to `owner` until `now + leaseMs` and counts the attempt. A row is
    * due when neither delivered nor given up, its next attempt has come, and no live lease holds it.
    */
-  claim(owner: string, now: number, leaseMs: number, limit: number): Promise<Row[]>
+  claim(owner: string, now: number, leaseMs: number, limit: number, skipLanes: string[]): Promise<Row[]>
   delivered(id: string, owner: string, at: number): Promise<void>
   givenUp(id: string, owner: string, at: number, error: string): Promise<void>
   /** Releases the lease and makes the row due again at `at`, keeping `error` as its last one. */
   retryAt(id: string, owner: string, at: number, error: string): Promise<void>
   /** Rows neither delivered nor given up, on every instance. */
   pending(): Promise<number>
+  /**
+   * Gives a claimed row back untried: the lease ends and the claim's attempt is taken back. Needed
+   * with lanes only (a claim may bring more of a lane's rows than it has room for).
+   */
+  release?(id: string, owner: string): Promise<void>
 }
 
 export interface DurableQueueOptions {
@@ -43,6 +48,22 @@ export interface DurableQueueOptions {
   maxAgeMs: number
   /** Rows claimed at once; a pass keeps claiming while batches come back full. */
   batch: number
+  /**
+   * A random share of each retry delay added or taken off (0.2: up to 20% either way), so rows that
+   * failed together (a receiver's outage) are not all retried in the same instant. 0 by default.
+   */
+  jitter?: number
+}
+
+/**
+ * Rows in lanes (webhooks: one lane per endpoint): a lane's rows go one at a time, lanes side by
+ * side, and a pass does not wait for them, so a slow receiver delays only its own rows. At most
+ * `depth` rows of a lane are claimed and waiting on this instance; the store's claim leaves out the
+ * lanes that are full, and the queue claims again as soon as a full lane has room.
+ */
+export interface DurableQueueLanes<Row> {
+  of(row: Row): string
+  depth: number
 }
 
 export interface DurableQueueMetric {
@@ -85,6 +106,8 @@ export interface DurableQueueParts<Row extends DurableRow> {
   metrics: Metrics
   options: DurableQueueOptions
   names: DurableQueueNames<Row>
+  /** Without lanes a pass delivers its rows one after another (mail, logout notices). */
+  lanes?: DurableQueueLanes<Row>
 }
 
 /**
@@ -115,12 +138,15 @@ export class DurableQueue<Row extends DurableRow> {
   private stopped = false
   /** The queue length as of the last pass; the gauge reads it without a query per scrape. */
   private queuedCount = 0
+  /** With lanes: each lane's rows claimed and not yet done here, and the end of its chain. */
+  private readonly laneWork = new Map<string, { rows: number; tail: Promise<void> }>()
   private readonly sent
   private readonly retried
   private readonly failed
 
   constructor(private readonly parts: DurableQueueParts<Row>) {
     const { metrics, names } = parts
+    if (parts.lanes && !parts.store.release) throw new Error('a queue with lanes needs a store that can release a claimed row')
     const labelNames = [names.label.name] as const
     this.sent = metrics.counter({ ...names.sent, labelNames })
     this.retried = metrics.counter({ ...names.retried, labelNames })
@@ -153,14 +179,45 @@ export class DurableQueue<Row extends DurableRow> {
   }
 
   private async pass(): Promise<void> {
-    const { store, clock, options } = this.parts
+    const { store, clock, options, lanes } = this.parts
     for (;;) {
-      const batch = await store.claim(this.owner, clock.now(), options.leaseMs, options.batch)
+      const full = lanes ? [...this.laneWork].filter(([, work]) => work.rows >= lanes.depth).map(([lane]) => lane) : []
+      const batch = await store.claim(this.owner, clock.now(), options.leaseMs, options.batch, full)
+      if (lanes) for (const row of batch) this.queueInLane(row, lanes)
       // One at a time: a receiver is better served by a steady stream than by a burst of connections.
-      for (const row of batch) await this.deliver(row)
+      else for (const row of batch) await this.deliver(row)
       if (batch.length < options.batch || this.stopped) break
     }
     this.queuedCount = await store.pending()
+  }
+
+  /**
+   * Appends a claimed row to its lane's chain; a lane that had been full claims again once it has
+   * room. Rows beyond the lane's depth go back untried: waiting here, their lease could run out
+   * behind a slow receiver and another instance take them up while this one still holds them.
+   */
+  private queueInLane(row: Row, lanes: DurableQueueLanes<Row>): void {
+    const lane = lanes.of(row)
+    if ((this.laneWork.get(lane)?.rows ?? 0) >= lanes.depth) {
+      void this.parts.store.release!(row.id, this.owner).catch((error: unknown) => this.parts.logger.warn({ err: { message: (error as Error).message } }, this.parts.names.log.passFailed))
+      return
+    }
+    const work = this.laneWork.get(lane) ?? { rows: 0, tail: Promise.resolve() }
+    this.laneWork.set(lane, work)
+    work.rows += 1
+    work.tail = work.tail
+      // Rows not started when the queue stops are left to their lease: another instance takes them up.
+      .then(() => (this.stopped ? undefined : this.deliver(row)))
+      .catch((error: unknown) => this.parts.logger.warn({ err: { message: (error as Error).message } }, this.parts.names.log.passFailed))
+      .finally(() => {
+        work.rows -= 1
+        if (work.rows === 0 && this.laneWork.get(lane) === work) this.laneWork.delete(lane)
+        if (work.rows === lanes.depth - 1) this.kick()
+      })
+  }
+
+  private lanesDone(): Promise<unknown> {
+    return Promise.all([...this.laneWork.values()].map((work) => work.tail))
   }
 
   private async deliver(row: Row): Promise<void> {
@@ -177,7 +234,8 @@ export class DurableQueue<Row extends DurableRow> {
         logger.error({ ...names.log.fields(row), err: { message: reason } }, names.log.givenUp)
         return
       }
-      const delay = Math.min(options.retryBaseMs * 2 ** (row.attempts - 1), options.retryMaxMs)
+      const jitter = 1 + (options.jitter ?? 0) * (2 * Math.random() - 1)
+      const delay = Math.round(Math.min(options.retryBaseMs * 2 ** (row.attempts - 1), options.retryMaxMs) * jitter)
       await store.retryAt(row.id, this.owner, now + delay, reason)
       this.retried.inc(label)
       logger.warn({ ...names.log.fields(row), retryInMs: delay, err: { message: reason } }, names.log.retrying)
@@ -190,8 +248,10 @@ export class DurableQueue<Row extends DurableRow> {
   /** Resolves once every row due now has been tried once more (tests wait on it). */
   async flush(): Promise<void> {
     await this.running
+    await this.lanesDone()
     this.kick()
     await this.running
+    await this.lanesDone()
   }
 
   /** Stops claiming; resolves once the pass under way (if any) has finished. */
@@ -199,5 +259,6 @@ export class DurableQueue<Row extends DurableRow> {
     this.stopped = true
     if (this.timer) clearInterval(this.timer)
     await this.running
+    await this.lanesDone()
   }
 }

@@ -7,7 +7,7 @@ import type { DurableRow, DurableStore } from './durable.ts'
  * The tables of the durable queues: each has the columns below besides its own payload, and the
  * same two indexes (what is due: `(sent_at, failed_at, next_attempt_at)`; given up: `failed_at`).
  */
-export type QueueTableName = 'mail_outbox' | 'op_logout_deliveries'
+export type QueueTableName = 'mail_outbox' | 'op_logout_deliveries' | 'webhook_deliveries'
 
 interface QueueColumns {
   id: string
@@ -91,6 +91,7 @@ export function queueTable<Row extends DurableRow>(table: QueueTableName, option
     /** The queue's storage (DurableStore) on this table. */
     store(db: Db): DurableStore<Row> {
       return {
+        // Lanes are a webhook matter; these tables' queues have none (their own claim if they did).
         claim: (owner, now, leaseMs, limit) => this.claim(db, owner, now, leaseMs, limit),
         delivered: (id, owner, at) => this.close(db.kysely, id, owner, { sent_at: at, last_error: null }),
         givenUp: (id, owner, at, error) => this.close(db.kysely, id, owner, { failed_at: at, last_error: error }),

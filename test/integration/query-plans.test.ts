@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { describe, test } from 'node:test'
 import { CompiledQuery } from 'kysely'
 import pg from 'pg'
@@ -15,7 +17,7 @@ import { startTestProvider, type TestProvider } from '../helpers/oidc-provider.t
 const PLANS_URL = 'http://localhost:4000'
 
 /** The tables that grow with users: a statement may reach them only through an index range. */
-const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed', 'mfa_factors', 'mfa_recovery_codes', 'mfa_challenges', 'op_records', 'op_logout_deliveries', 'email_sign_ins', 'login_codes', 'email_changes'])
+const GROWING = new Set(['users', 'sessions', 'one_time_tokens', 'audit_events', 'watchlists', 'mail_outbox', 'change_feed', 'mfa_factors', 'mfa_recovery_codes', 'mfa_challenges', 'op_records', 'op_logout_deliveries', 'email_sign_ins', 'login_codes', 'email_changes', 'webhook_deliveries', 'webhook_sequences'])
 
 /**
  * Drives every operation of the published API (checked against /openapi.json, so a new route that
@@ -39,6 +41,19 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
     return (response.headers['content-type']?.toString().startsWith('application/json') ? response.json() : { data: {} }) as { data: Record<string, any> }
   }
   const api = t.base
+
+  // Webhooks first, so that every change below writes its event: one endpoint that takes them all
+  // (a receiver that refuses at first, then accepts), one that never answers well (it is disabled).
+  let receiverStatus = 500
+  const receiver = createServer((request, response) => {
+    request.resume()
+    request.on('end', () => response.writeHead(request.url === '/down' ? 503 : receiverStatus).end())
+  })
+  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve))
+  const receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`
+  const { key: hooksKey } = await t.app.services.apiKeys.create({ name: 'plans-webhooks', scopes: ['webhooks:read', 'webhooks:write'], expiresAt: null })
+  const hook = (await call('POST', `${api}/admin/webhooks`, { token: hooksKey, status: 201, body: { url: `${receiverUrl}/hook`, events: ['*'] } })).data.webhook
+  const down = (await call('POST', `${api}/admin/webhooks`, { token: hooksKey, status: 201, body: { url: `${receiverUrl}/down`, events: ['user.created'] } })).data.webhook
 
   // A user's whole life through the API.
   const email = uniqueEmail('plans')
@@ -196,6 +211,25 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
   await call('DELETE', `${api}/auth/me/apps/{client_id}`, { params: { client_id: created.client_id }, token: verified.access_token, status: 404 })
   await exerciseProvider(t, clientsKey)
   await call('DELETE', `${api}/admin/clients/{client_id}`, { params: { client_id: created.client_id }, token: clientsKey })
+
+  // Webhooks: the deliveries failed once, are retried and then delivered; the endpoint that never
+  // answers well is disabled after three days; the operators' routes.
+  await t.app.services.webhooks.flush()
+  receiverStatus = 204
+  t.clock.advance(60)
+  await t.app.services.webhooks.flush()
+  t.clock.advance(3 * 86_400 + 60)
+  await t.app.services.webhooks.flush()
+  await call('GET', `${api}/admin/webhooks`, { token: hooksKey })
+  await call('GET', `${api}/admin/webhooks/{id}`, { params: { id: down.id }, token: hooksKey })
+  await call('PATCH', `${api}/admin/webhooks/{id}`, { params: { id: hook.id }, token: hooksKey, body: { description: 'Plans' } })
+  await call('POST', `${api}/admin/webhooks/{id}/secret`, { params: { id: hook.id }, token: hooksKey })
+  const log = (await call('GET', `${api}/admin/webhooks/{id}/deliveries`, { params: { id: hook.id }, token: hooksKey, query: 'limit=2' })).data
+  await call('GET', `${api}/admin/webhooks/{id}/deliveries`, { params: { id: hook.id }, token: hooksKey, query: `limit=2&cursor=${encodeURIComponent(log.next_cursor)}` })
+  await call('POST', `${api}/admin/webhooks/{id}/deliveries/{delivery_id}/retry`, { params: { id: hook.id, delivery_id: log.deliveries[0].id }, token: hooksKey, status: 202 })
+  await t.app.services.webhooks.flush()
+  await call('DELETE', `${api}/admin/webhooks/{id}`, { params: { id: down.id }, token: hooksKey })
+  receiver.close()
 
   // Operations and the background jobs.
   for (const path of ['/healthz', '/readyz', '/metrics', '/.well-known/jwks.json']) await call('GET', path)

@@ -32,7 +32,7 @@ for (const engine of ENGINES) {
         // unused reset link) ended more than a day ago; the live sessions, mail and events stay.
         t.clock.advance(3 * DAY)
         const first = await t.app.services.retention.runOnce()
-        assert.deepEqual(first, { sessions: 1, oneTimeTokens: 2, mail: 0, provider: 0, auditEvents: 0 })
+        assert.deepEqual(first, { sessions: 1, oneTimeTokens: 2, mail: 0, provider: 0, webhooks: 0, auditEvents: 0 })
         assert.equal(await count(t, 'sessions', a.userId), 2)
         assert.equal(await count(t, 'one_time_tokens', a.userId), 0)
         assert.equal(await count(t, 'mail_outbox', a.userId), 2)
@@ -59,7 +59,7 @@ for (const engine of ENGINES) {
         assert.equal((await t.post('/auth/refresh', { refresh_token: second.refresh_token })).statusCode, 401)
         assert.equal((await t.get('/auth/me', a.access_token)).statusCode, 401, 'a token of a deleted session is refused')
 
-        assert.deepEqual(await t.app.services.retention.runOnce(), { sessions: 0, oneTimeTokens: 0, mail: 0, provider: 0, auditEvents: 0 }, 'a second pass finds nothing')
+        assert.deepEqual(await t.app.services.retention.runOnce(), { sessions: 0, oneTimeTokens: 0, mail: 0, provider: 0, webhooks: 0, auditEvents: 0 }, 'a second pass finds nothing')
       } finally {
         await t.close()
       }

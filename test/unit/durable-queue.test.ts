@@ -32,18 +32,19 @@ class MemoryStore implements DurableStore<Row> {
   overlapped = false
   inFlight = 0
 
-  add(id: string, at: number): void {
-    this.rows.set(id, { id, kind: 'ping', attempts: 0, created_at: at, next_attempt_at: at, lease_owner: null, lease_until: null, sent_at: null, failed_at: null, last_error: null })
+  add(id: string, at: number, kind = 'ping'): void {
+    this.rows.set(id, { id, kind, attempts: 0, created_at: at, next_attempt_at: at, lease_owner: null, lease_until: null, sent_at: null, failed_at: null, last_error: null })
   }
 
   row(id: string): Row {
     return this.rows.get(id)!
   }
 
-  async claim(owner: string, now: number, leaseMs: number, limit: number): Promise<Row[]> {
+  async claim(owner: string, now: number, leaseMs: number, limit: number, skipLanes: string[] = []): Promise<Row[]> {
     this.claims++
     if (this.inFlight > 0) this.overlapped = true
     const due = [...this.rows.values()]
+      .filter((row) => !skipLanes.includes(row.kind))
       .filter((row) => row.sent_at === null && row.failed_at === null && row.next_attempt_at <= now && (row.lease_until === null || row.lease_until < now))
       .sort((a, b) => a.next_attempt_at - b.next_attempt_at)
       .slice(0, limit)
@@ -68,6 +69,11 @@ class MemoryStore implements DurableStore<Row> {
     Object.assign(this.held(id, owner) ?? {}, { next_attempt_at: at, last_error: error, lease_until: null })
   }
 
+  async release(id: string, owner: string): Promise<void> {
+    const row = this.held(id, owner)
+    if (row) Object.assign(row, { lease_until: null, lease_owner: null, attempts: row.attempts - 1 })
+  }
+
   async pending(): Promise<number> {
     this.passesEnded++
     return [...this.rows.values()].filter((row) => row.sent_at === null && row.failed_at === null).length
@@ -89,7 +95,7 @@ const NAMES: DurableQueueNames<Row> = {
 const OPTIONS: DurableQueueOptions = { pollMs: 60_000, leaseMs: 30_000, retryBaseMs: 1000, retryMaxMs: 5000, maxAgeMs: 3600_000, batch: 10 }
 
 /** A queue on a memory store and a clock the test moves; `deliver` is swapped by each test. */
-function setup(options: Partial<DurableQueueOptions> = {}) {
+function setup(options: Partial<DurableQueueOptions> = {}, lanes?: { depth: number }) {
   const clock = { ms: 1_000_000, now() { return this.ms } } satisfies Clock & { ms: number }
   const store = new MemoryStore()
   const metrics = new Metrics()
@@ -123,6 +129,7 @@ function setup(options: Partial<DurableQueueOptions> = {}) {
     metrics,
     options: { ...OPTIONS, ...options },
     names: NAMES,
+    ...(lanes ? { lanes: { of: (row: Row) => row.kind, depth: lanes.depth } } : {}),
   })
   return Object.assign(harness, { queue })
 }
@@ -320,5 +327,39 @@ describe('durable queue', () => {
     await settle()
     assert.equal(q.store.claims, 1, 'a stopped queue claims nothing')
     assert.equal(['c', 'd', 'e'].every((id) => q.store.row(id).lease_owner === null), true, 'the rest stay for another instance')
+  })
+
+  test('lanes: a receiver that hangs holds only its own lane; the other lanes deliver meanwhile, and a full lane is not claimed from', async () => {
+    const q = setup({}, { depth: 2 })
+    for (let i = 0; i < 4; i++) q.store.add(`slow-${i}`, q.clock.ms, 'slow')
+    for (let i = 0; i < 3; i++) q.store.add(`fast-${i}`, q.clock.ms, 'fast')
+    const hung: (() => void)[] = []
+    q.receive = (row) => (row.kind === 'slow' ? new Promise<void>((resolve) => hung.push(resolve)) : Promise.resolve())
+    q.queue.kick()
+    for (let turn = 0; turn < 1000 && q.delivered.filter((id) => id.startsWith('fast')).length < 3; turn++) await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(q.delivered, ['fast-0', 'fast-1', 'fast-2'], 'the fast lane was not held up by the hanging one')
+    assert.equal(hung.length, 1, 'one delivery at a time in a lane')
+    const claimedSlow = [...q.store.rows.values()].filter((row) => row.kind === 'slow' && row.lease_owner !== null).length
+    assert.equal(claimedSlow, 2, 'no more than the lane\'s depth claimed')
+    // The lane drains one by one, claiming again as it gets room.
+    for (let turn = 0; turn < 2000 && q.delivered.length < 7; turn++) {
+      hung.shift()?.()
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    assert.deepEqual(q.delivered.slice(3), ['slow-0', 'slow-1', 'slow-2', 'slow-3'])
+    await q.queue.stop()
+  })
+
+  test('jitter spreads the retry delay around the doubling: never the same for every row', async () => {
+    const q = setup({ jitter: 0.2 })
+    for (let i = 0; i < 20; i++) q.store.add(`r-${i}`, q.clock.ms)
+    q.receive = async () => {
+      throw new Error('down')
+    }
+    await q.queue.flush()
+    const delays = [...q.store.rows.values()].map((row) => row.next_attempt_at - q.clock.ms)
+    assert.ok(delays.every((delay) => delay >= 800 && delay <= 1200), `within 20% of 1000 ms: ${delays}`)
+    assert.ok(new Set(delays).size > 1, 'not all equal')
+    await q.queue.stop()
   })
 })
