@@ -1,12 +1,15 @@
+import { existsSync } from 'node:fs'
 import { parseArgs, type ParseArgsConfig } from 'node:util'
+import { DEFAULT_MIGRATION_TABLE } from 'kysely'
 import { AccountService, DISABLE_REASONS, UnknownUserError, type DisableReason } from './accounts/service.ts'
 import { ApiKeyError, ApiKeyService, SCOPES, type Scope } from './admin/api-keys.ts'
+import { AuditLog, eventView } from './audit/service.ts'
 import { KeyEncryptionError, KeySealer, resolveKek } from './auth/key-encryption.ts'
 import { describeKeys, rewrapStoredKeys, rotateSigningKeys, sealedSecret, sealStoredKeys } from './auth/keys.ts'
 import { REFRESH_TTL_SECONDS } from './auth/tokens.ts'
 import { systemClock, type Clock } from './clock.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
-import { migrate, openDatabase, type Db } from './db/index.ts'
+import { migrate, openDatabase, sqliteFile, type Db } from './db/index.ts'
 import { signingKeys } from './db/repositories.ts'
 import { AppError } from './errors.ts'
 import { rewrapWaitingMail } from './mail/queue.ts'
@@ -14,6 +17,7 @@ import { resetSecondFactors, rewrapTotpSecrets } from './mfa/service.ts'
 import { ClientRegistry, rewrapClientSecrets } from './provider/clients.ts'
 import { DEVICE_CODE_GRANT, type ClientCreate } from './provider/schemas.ts'
 import { accountSignOut } from './services.ts'
+import { isUuid } from './text.ts'
 
 /** A wrong command line: exit 2 with the usage of what was meant. */
 class UsageError extends Error {
@@ -58,6 +62,8 @@ interface Command {
 }
 
 const ISO = /^\d{4}-\d{2}-\d{2}T/
+/** `events list --limit`: unlike the admin API, the CLI does not page, so it allows more at once. */
+const EVENTS_LIMIT = { min: 1, max: 1000, default: 50 } as const
 const DURATION = /^(\d+)([mhd])$/
 const UNIT_MS = { m: 60_000, h: 3600_000, d: 86_400_000 } as const
 
@@ -66,18 +72,83 @@ function durationMs(value: string): number | null {
   return match ? Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS] : null
 }
 
-function iso(ms: number | null): string {
-  return ms === null ? '-' : new Date(ms).toISOString()
+function iso(ms: number | null): string | null {
+  return ms === null ? null : new Date(ms).toISOString()
 }
 
-async function withDatabase<T>(config: Config, run: (db: Db) => Promise<T>): Promise<T> {
+/** The database a configuration names, as the operator is shown it: never with its password. */
+function databaseName(config: Config): string {
+  if (!config.databaseUrl) return `${sqliteFile(config.dataDir)} (SQLite)`
+  let url: URL
+  try {
+    url = new URL(config.databaseUrl)
+  } catch {
+    // pg may still make sense of it; showing it raw could show the password.
+    return 'DATABASE_URL (PostgreSQL; not shown, it does not parse as a URL)'
+  }
+  url.password = ''
+  url.searchParams.delete('password')
+  return `${url} (PostgreSQL)`
+}
+
+/** Said on stderr before any output, so a command never acts on a database nobody meant. */
+function announceDatabase(config: Config, io: CliIo): void {
+  io.err(`portcullis: database ${databaseName(config)}`)
+}
+
+async function isMigrated(db: Db): Promise<boolean> {
+  const tables = await db.kysely.introspection.getTables({ withInternalKyselyTables: true })
+  return tables.some((table) => table.name === DEFAULT_MIGRATION_TABLE)
+}
+
+/**
+ * The service's existing database. Only `migrate` and `serve` create one: anything else run from
+ * the wrong directory would otherwise get a new, empty database in ./data and report nothing.
+ * SQLite is checked before opening, because opening creates the file (and DATA_DIR).
+ */
+async function withDatabase<T>(config: Config, io: CliIo, run: (db: Db) => Promise<T>): Promise<T> {
+  if (!config.databaseUrl && !existsSync(sqliteFile(config.dataDir))) {
+    throw new Error(
+      `no database at ${sqliteFile(config.dataDir)} (looked in DATA_DIR ${config.dataDir}); run this from the service's directory, set DATA_DIR (or DATABASE_URL), or run \`portcullis migrate\` to create one`,
+    )
+  }
   const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
   try {
+    if (!(await isMigrated(db))) {
+      throw new Error(`the database ${databaseName(config)} has no migrations applied; check ${config.databaseUrl ? 'DATABASE_URL' : 'DATA_DIR'}, or run \`portcullis migrate\` to set it up`)
+    }
+    announceDatabase(config, io)
+    // A database a release behind is brought up to date, as the server does when it starts.
     await migrate(db)
     return await run(db)
   } finally {
     await db.close()
   }
+}
+
+const json = (value: unknown) => JSON.stringify(value, null, 2)
+
+const JSON_OPTION = { json: { type: 'boolean' } } satisfies ParseArgsConfig['options']
+const JSON_HELP = '--json prints a JSON array of objects (indented) instead of the table.'
+
+function cell(value: unknown): string {
+  if (value === null || value === undefined) return '-'
+  return Array.isArray(value) ? value.join(',') : String(value)
+}
+
+/**
+ * A list command's output on stdout: with --json the objects as one JSON array, for programs;
+ * otherwise a table of the named fields (the JSON names are the header row), padded to line up.
+ */
+function printList<T extends object>(context: Context, items: T[], fields: (keyof T & string)[]): void {
+  if (context.values.json) {
+    context.io.out(json(items))
+    return
+  }
+  const rows = [fields, ...items.map((item) => fields.map((field) => cell(item[field])))]
+  const widths = fields.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)))
+  // The last column is not padded, so no line ends in blanks.
+  for (const row of rows) context.io.out(row.map((text, column) => (column === row.length - 1 ? text : text.padEnd(widths[column]!))).join('  '))
 }
 
 /** The key-encryption key the server uses on this data directory, proven against what is stored. */
@@ -95,14 +166,12 @@ async function apiKeysOf(config: Config, db: Db, context: Context): Promise<ApiK
 /** The client registry on the server's database, sealing secrets under the server's key. */
 function clientRegistry(context: Context, run: (clients: ClientRegistry) => Promise<number>): Promise<number> {
   const config = loadConfig(context.env)
-  return withDatabase(config, async (db) => run(new ClientRegistry({ db, clock: context.clock, sealer: await sealerFor(config, db, context.io) })))
+  return withDatabase(config, context.io, async (db) => run(new ClientRegistry({ db, clock: context.clock, sealer: await sealerFor(config, db, context.io) })))
 }
-
-const json = (value: unknown) => JSON.stringify(value, null, 2)
 
 /** The database the server uses, with the account operations on it. */
 function accounts(context: Context, run: (service: AccountService) => Promise<number>): Promise<number> {
-  return withDatabase(loadConfig(context.env), (db) => run(accountServiceOn(db, context.clock)))
+  return withDatabase(loadConfig(context.env), context.io, (db) => run(accountServiceOn(db, context.clock)))
 }
 
 function accountServiceOn(db: Db, clock: Clock): AccountService {
@@ -113,18 +182,21 @@ const commands: Command[] = [
   {
     name: 'serve',
     summary: 'run the HTTP service',
-    async run({ env }) {
+    async run({ env, io }) {
       const { serve } = await import('./server.ts')
-      await serve(loadConfig(env))
+      const config = loadConfig(env)
+      announceDatabase(config, io)
+      await serve(config)
       return 0
     },
   },
   {
     name: 'migrate',
-    summary: 'apply pending database migrations',
+    summary: 'apply pending database migrations (creates the database if there is none)',
     async run({ env, io }) {
       const config = loadConfig(env)
       const db = openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
+      announceDatabase(config, io)
       const applied = await migrate(db).finally(() => db.close())
       io.out(applied.length === 0 ? 'database is up to date' : `applied: ${applied.join(', ')}`)
       return 0
@@ -132,12 +204,13 @@ const commands: Command[] = [
   },
   {
     name: 'users list',
-    summary: 'list accounts: address, state, id, created',
+    args: '[--json]',
+    summary: 'list accounts: address, state, disabled reason, id, created',
+    help: [JSON_HELP],
+    options: JSON_OPTION,
     run: (context) =>
       accounts(context, async (service) => {
-        for (const user of await service.list()) {
-          context.io.out([user.email, user.state + (user.disabled_reason ? `(${user.disabled_reason})` : ''), user.user_id, user.created_at].join('\t'))
-        }
+        printList(context, await service.list(), ['email', 'state', 'disabled_reason', 'user_id', 'created_at'])
         return 0
       }),
   },
@@ -187,7 +260,7 @@ const commands: Command[] = [
     positionals: 1,
     run: (context) => {
       const config = loadConfig(context.env)
-      return withDatabase(config, async (db) => {
+      return withDatabase(config, context.io, async (db) => {
         const sealer = await sealerFor(config, db, context.io)
         const service = accountServiceOn(db, context.clock)
         const reset = (trx: Db['kysely'], user: { id: string; email: string }) => resetSecondFactors(trx, user, { sealer, brand: { appName: config.appName }, now: context.clock.now() })
@@ -211,33 +284,48 @@ const commands: Command[] = [
   },
   {
     name: 'events list',
-    args: '[--user EMAIL] [--since T]',
-    summary: 'audit events, oldest first (T: an ISO time or 30m, 24h, 7d)',
-    options: { user: { type: 'string' }, since: { type: 'string' } },
+    args: '[--user WHO] [--type TYPE] [--since T] [--limit N] [--json]',
+    summary: 'audit events, newest first, as GET /admin/events (T: an ISO time or 30m, 24h, 7d)',
+    help: [
+      `--limit N: the N newest (${EVENTS_LIMIT.min} to ${EVENTS_LIMIT.max}, default ${EVENTS_LIMIT.default}); --type: one event type, such as account.disabled.`,
+      '--user WHO: an address, or a user id (an id also finds the events of a deleted account).',
+      JSON_HELP,
+    ],
+    options: { user: { type: 'string' }, type: { type: 'string' }, since: { type: 'string' }, limit: { type: 'string' }, ...JSON_OPTION },
     run: (context) => {
-      const { user, since } = context.values as { user?: string; since?: string }
+      const { user, type, since, limit } = context.values as { user?: string; type?: string; since?: string; limit?: string }
+      const usage = usageOf('events list')
       let sinceMs: number | undefined
       if (since !== undefined) {
         const ago = durationMs(since)
         sinceMs = ago !== null ? context.clock.now() - ago : ISO.test(since) ? Date.parse(since) : Number.NaN
-        if (Number.isNaN(sinceMs)) throw new UsageError('--since takes an ISO time (2026-11-01T00:00:00Z) or a duration (30m, 24h, 7d)', usageOf('events list'))
+        if (Number.isNaN(sinceMs)) throw new UsageError('--since takes an ISO time (2026-11-01T00:00:00Z) or a duration (30m, 24h, 7d)', usage)
       }
-      return accounts(context, async (service) => {
-        for (const event of await service.events({ email: user, since: sinceMs })) {
-          context.io.out([iso(event.at), event.type, event.reason ?? '-', event.user_id ?? '-', event.ip ?? '-', event.request_id ?? '-', event.user_agent ?? '-', event.actor ?? '-'].join('\t'))
-        }
+      const count = limit === undefined ? EVENTS_LIMIT.default : /^\d+$/.test(limit) ? Number(limit) : Number.NaN
+      if (!(count >= EVENTS_LIMIT.min && count <= EVENTS_LIMIT.max)) throw new UsageError(`--limit takes a whole number from ${EVENTS_LIMIT.min} to ${EVENTS_LIMIT.max}`, usage)
+      const byAddress = user?.includes('@') ?? false
+      if (user !== undefined && !byAddress && !isUuid(user)) throw new UsageError('--user takes an e-mail address or a user id', usage)
+      return withDatabase(loadConfig(context.env), context.io, async (db) => {
+        // An address must name an account; an id is taken as it is, since a deleted account's events stay.
+        const userId = byAddress ? (await accountServiceOn(db, context.clock).find(user!)).id : user
+        const events = await new AuditLog(db).newestFirst({ userId, type, since: sinceMs }, null, count)
+        printList(context, events.map(eventView), ['at', 'type', 'reason', 'user_id', 'actor', 'ip', 'request_id', 'user_agent'])
         return 0
       })
     },
   },
   {
     name: 'keys list',
+    args: '[--json]',
     summary: 'list signing keys and their state (signing, verifying, retired)',
-    run: ({ env, io, clock }) =>
-      withDatabase(loadConfig(env), async (db) => {
-        const keys = describeKeys(await signingKeys.list(db.kysely), clock.now(), REFRESH_TTL_SECONDS)
-        if (keys.length === 0) io.out('no signing keys yet (the service creates one on first start)')
-        for (const key of keys) io.out([key.kid, key.alg, key.state, iso(key.createdAt), `retires ${iso(key.retiresAt)}`].join('\t'))
+    help: [JSON_HELP],
+    options: JSON_OPTION,
+    run: (context) =>
+      withDatabase(loadConfig(context.env), context.io, async (db) => {
+        const keys = describeKeys(await signingKeys.list(db.kysely), context.clock.now(), REFRESH_TTL_SECONDS)
+        if (keys.length === 0) context.io.err('portcullis: no signing keys yet (the service creates one on first start)')
+        const views = keys.map((key) => ({ kid: key.kid, alg: key.alg, state: key.state, created_at: iso(key.createdAt), retires_at: iso(key.retiresAt) }))
+        printList(context, views, ['kid', 'alg', 'state', 'created_at', 'retires_at'])
         return 0
       }),
   },
@@ -246,7 +334,7 @@ const commands: Command[] = [
     summary: 'add a new signing key to each key family in use (old ones keep verifying)',
     run: ({ env, io, clock }) => {
       const config = loadConfig(env)
-      return withDatabase(config, async (db) => {
+      return withDatabase(config, io, async (db) => {
         const kids = await rotateSigningKeys(db, await sealerFor(config, db, io), clock.now())
         for (const kid of kids) io.out(`new signing key ${kid}; running instances sign with it within a minute, old keys keep verifying`)
         return 0
@@ -264,7 +352,7 @@ const commands: Command[] = [
       }
       const from = new KeySealer(config.oldKeyEncryptionKey)
       const to = new KeySealer(config.keyEncryptionKey)
-      return withDatabase(config, async (db) => {
+      return withDatabase(config, io, async (db) => {
         const count = await rewrapStoredKeys(db, from, to, [rewrapWaitingMail, rewrapTotpSecrets, rewrapClientSecrets])
         io.out(`re-encrypted ${count} stored key(s), queued mail(s), second-factor secret(s) and client secret(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
         return 0
@@ -288,26 +376,36 @@ const commands: Command[] = [
       const lifetime = expires === undefined ? null : durationMs(expires)
       if (expires !== undefined && (lifetime === null || lifetime === 0)) throw new UsageError('--expires takes a duration such as 30m, 24h or 90d', usage)
       const config = loadConfig(context.env)
-      return withDatabase(config, async (db) => {
+      return withDatabase(config, context.io, async (db) => {
         const service = await apiKeysOf(config, db, context)
         const { key, summary } = await service.create({ name, scopes: list as Scope[], expiresAt: lifetime === null ? null : context.clock.now() + lifetime })
         context.io.out(key)
-        context.io.err(`portcullis: API key ${summary.id} (${summary.name}: ${summary.scopes.join(',')}, expires ${iso(summary.expires_at)}); this is the only time the key is shown`)
+        context.io.err(`portcullis: API key ${summary.id} (${summary.name}: ${summary.scopes.join(',')}, expires ${iso(summary.expires_at) ?? 'never'}); this is the only time the key is shown`)
         return 0
       })
     },
   },
   {
     name: 'api-keys list',
-    summary: 'list API keys: id, name, scopes, created, last used, expires, state',
+    args: '[--json]',
+    summary: 'list API keys: id, name, scopes, state, created, last used, expires',
+    help: [JSON_HELP],
+    options: JSON_OPTION,
     run: (context) => {
       const config = loadConfig(context.env)
-      return withDatabase(config, async (db) => {
+      return withDatabase(config, context.io, async (db) => {
         const now = context.clock.now()
-        for (const key of await (await apiKeysOf(config, db, context)).list()) {
-          const state = key.revoked_at !== null ? 'revoked' : key.expires_at !== null && key.expires_at <= now ? 'expired' : 'active'
-          context.io.out([key.id, key.name, key.scopes.join(','), iso(key.created_at), `last used ${iso(key.last_used_at)}`, `expires ${iso(key.expires_at)}`, state].join('\t'))
-        }
+        const views = (await (await apiKeysOf(config, db, context)).list()).map((key) => ({
+          id: key.id,
+          name: key.name,
+          scopes: key.scopes,
+          state: key.revoked_at !== null ? 'revoked' : key.expires_at !== null && key.expires_at <= now ? 'expired' : 'active',
+          created_at: iso(key.created_at),
+          last_used_at: iso(key.last_used_at),
+          expires_at: iso(key.expires_at),
+          revoked_at: iso(key.revoked_at),
+        }))
+        printList(context, views, ['id', 'name', 'scopes', 'state', 'created_at', 'last_used_at', 'expires_at'])
         return 0
       })
     },
@@ -320,7 +418,7 @@ const commands: Command[] = [
     run: (context) => {
       const config = loadConfig(context.env)
       const id = context.positionals[0]!
-      return withDatabase(config, async (db) => {
+      return withDatabase(config, context.io, async (db) => {
         if (!(await (await apiKeysOf(config, db, context)).revoke(id))) {
           context.io.err(`portcullis: no live API key with the id ${id}`)
           return 1
@@ -390,12 +488,11 @@ const commands: Command[] = [
     name: 'clients list',
     args: '[--json]',
     summary: 'list the registered clients: client_id, name, type, first_party (oldest first)',
-    options: { json: { type: 'boolean' } },
+    help: ['--json prints a JSON array of the clients, every field as `clients show` prints them, instead of the table.'],
+    options: JSON_OPTION,
     run: (context) =>
       clientRegistry(context, async (clients) => {
-        const list = await clients.list()
-        if (context.values.json) context.io.out(json({ clients: list }))
-        else for (const row of [['client_id', 'name', 'type', 'first_party'], ...list.map((c) => [c.client_id, c.name, c.type, String(c.first_party)])]) context.io.out(row.join('\t'))
+        printList(context, await clients.list(), ['client_id', 'name', 'type', 'first_party'])
         return 0
       }),
   },
@@ -446,7 +543,15 @@ function overview(group?: string): string {
   const shown = commands.filter((c) => group === undefined || c.name.split(' ')[0] === group)
   const width = Math.max(...shown.map((c) => `${c.name}${c.args ? ` ${c.args}` : ''}`.length))
   const lines = shown.map((c) => `  ${`${c.name}${c.args ? ` ${c.args}` : ''}`.padEnd(width)}  ${c.summary}`)
-  return [`usage: portcullis ${group ?? '<command>'}${group ? ' <action>' : ''} [--help]`, ...lines].join('\n')
+  const notes = group
+    ? []
+    : [
+        '',
+        'Every command but migrate and serve needs an existing database: DATABASE_URL, or else',
+        'DATA_DIR/portcullis.db (DATA_DIR defaults to ./data). The one used is named on stderr.',
+        'The list commands print a table with a header row, or with --json a JSON array.',
+      ]
+  return [`usage: portcullis ${group ?? '<command>'}${group ? ' <action>' : ''} [--help]`, ...lines, ...notes].join('\n')
 }
 
 const isHelp = (arg: string | undefined) => arg === '--help' || arg === '-h' || arg === 'help'

@@ -47,6 +47,11 @@ export interface DbOptions {
 
 const PG_INT8_OID = 20
 
+/** The embedded (SQLite) database's file in a data directory. */
+export function sqliteFile(dataDir: string): string {
+  return path.join(dataDir, 'portcullis.db')
+}
+
 export function openDatabase(options: DbOptions): Db {
   if (options.databaseUrl) return openPostgres(options.databaseUrl, options.onPoolError)
   return openSqlite(options.dataDir)
@@ -61,8 +66,7 @@ const SQLITE_CACHE_KIB = 2000
 
 function openSqlite(dataDir: string): Db {
   mkdirSync(dataDir, { recursive: true })
-  const file = path.join(dataDir, 'portcullis.db')
-  const sqlite = new SQLite(file)
+  const sqlite = new SQLite(sqliteFile(dataDir))
   sqlite.pragma('journal_mode = WAL')
   // FULL makes each commit durable across power loss in WAL mode (NORMAL only guards against corruption).
   sqlite.pragma('synchronous = FULL')

@@ -100,7 +100,7 @@ for (const engine of ENGINES) {
         const err: string[] = []
         // A wrong old key: refused, nothing changed.
         assert.equal(await runCli(['keys', 'rewrap'], { ...env, OLD_KEY_ENCRYPTION_KEY: newKek(), KEY_ENCRYPTION_KEY: nextKek }, { out() {}, err: (line) => err.push(line) }), 1)
-        assert.match(err[0]!, /OLD_KEY_ENCRYPTION_KEY does not decrypt/)
+        assert.match(err.at(-1)!, /OLD_KEY_ENCRYPTION_KEY does not decrypt/)
         assert.deepEqual(await storedKeys(storage), before)
         assert.equal(await runCli(['keys', 'rewrap'], { ...env, KEY_ENCRYPTION_KEY: nextKek }, quiet), 2)
 

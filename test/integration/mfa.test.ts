@@ -361,7 +361,8 @@ for (const engine of ENGINES) {
       assert.equal((await login(other.email)).statusCode, 200)
       const errors: string[] = []
       assert.equal(await runCli(['users', 'mfa-reset', 'nobody@example.com'], env, { out() {}, err: (line) => errors.push(line) }), 1)
-      assert.equal(errors.length, 1)
+      // The database it opened (one line), then the one line of the failure.
+      assert.equal(errors.filter((line) => !line.startsWith('portcullis: database ')).length, 1)
     })
 
     test('the export lists the factors without secrets; deleting the account deletes them and the codes', async () => {

@@ -6,10 +6,11 @@ import { runCli, type CliIo } from '../../src/cli.ts'
 import { createStorage, ENGINES, type TestStorage } from '../helpers/db.ts'
 import { startTestApp, type TestApp } from '../helpers/app.ts'
 
+/** The CLI's output; stderr without the line naming the database it opened (test/integration/cli.test.ts tests that). */
 function capture(): CliIo & { stdout: string[]; stderr: string[] } {
   const stdout: string[] = []
   const stderr: string[] = []
-  return { stdout, stderr, out: (line) => stdout.push(line), err: (line) => stderr.push(line) }
+  return { stdout, stderr, out: (line) => stdout.push(line), err: (line) => void (line.startsWith('portcullis: database ') || stderr.push(line)) }
 }
 
 const ALL_SCOPES = ['openid', 'profile', 'email', 'offline_access', 'watchlists:read', 'watchlists:write']
@@ -434,12 +435,14 @@ for (const engine of ENGINES) {
 
       io = capture()
       assert.equal(await runCli(['clients', 'list'], env, io), 0)
-      assert.equal(io.stdout[0], 'client_id\tname\ttype\tfirst_party')
-      assert.ok(io.stdout.includes(`${id}\tPartner CLI\tconfidential\ttrue`), io.stdout.join('\n'))
-      assert.ok(io.stdout.includes(`${publicAdded.client.client_id}\tApp\tpublic\tfalse`))
+      // A header row, then columns padded with two spaces or more.
+      const cells = (line: string) => line.trim().split(/\s{2,}/)
+      assert.deepEqual(cells(io.stdout[0]!), ['client_id', 'name', 'type', 'first_party'])
+      assert.ok(io.stdout.some((line) => JSON.stringify(cells(line)) === JSON.stringify([id, 'Partner CLI', 'confidential', 'true'])), io.stdout.join('\n'))
+      assert.ok(io.stdout.some((line) => JSON.stringify(cells(line)) === JSON.stringify([publicAdded.client.client_id, 'App', 'public', 'false'])))
       io = capture()
       assert.equal(await runCli(['clients', 'list', '--json'], env, io), 0)
-      const listed = JSON.parse(io.stdout.join('\n')).clients as { client_id: string }[]
+      const listed = JSON.parse(io.stdout.join('\n')) as { client_id: string }[]
       assert.deepEqual(listed, (await as(keys.read, 'GET', '/admin/clients')).json().data.clients)
       assert.ok(!io.stdout.join('').includes(added.client_secret))
 
@@ -498,6 +501,8 @@ for (const engine of ENGINES) {
     const [oldKek, nextKek] = [randomBytes(32).toString('base64'), randomBytes(32).toString('base64')]
     const env = { DATA_DIR: storage.dataDir, DATABASE_URL: storage.databaseUrl }
     try {
+      // The CLI creates a database only when told to (migrate or serve).
+      assert.equal(await runCli(['migrate'], { ...env, KEY_ENCRYPTION_KEY: oldKek }, capture()), 0)
       const io = capture()
       assert.equal(await runCli(['clients', 'add', '--name', 'Rewrapped', '--type', 'confidential', '--redirect-uri', 'https://a.example/cb'], { ...env, KEY_ENCRYPTION_KEY: oldKek }, io), 0)
       const { client, client_secret } = JSON.parse(io.stdout.join('\n'))
