@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { DEFAULT_MIGRATION_TABLE } from 'kysely'
@@ -10,7 +11,7 @@ import { REFRESH_TTL_SECONDS } from './auth/tokens.ts'
 import { systemClock, type Clock } from './clock.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { migrate, openDatabase, sqliteFile, type Db } from './db/index.ts'
-import { signingKeys } from './db/repositories.ts'
+import { secrets, signingKeys } from './db/repositories.ts'
 import { AppError } from './errors.ts'
 import { rewrapWaitingMail } from './mail/queue.ts'
 import { resetSecondFactors, rewrapTotpSecrets } from './mfa/service.ts'
@@ -18,6 +19,10 @@ import { ClientRegistry, rewrapClientSecrets } from './provider/clients.ts'
 import { DEVICE_CODE_GRANT, type ClientCreate } from './provider/schemas.ts'
 import { accountSignOut } from './services.ts'
 import { isUuid } from './text.ts'
+import { CursorCodec } from './cursor.ts'
+import { Metrics } from './http/metrics.ts'
+import { WEBHOOK_EVENTS, writeOnlyOutbox } from './webhooks/events.ts'
+import { rewrapWebhookSecrets, WebhookService } from './webhooks/service.ts'
 
 /** A wrong command line: exit 2 with the usage of what was meant. */
 class UsageError extends Error {
@@ -171,11 +176,23 @@ function clientRegistry(context: Context, run: (clients: ClientRegistry) => Prom
 
 /** The database the server uses, with the account operations on it. */
 function accounts(context: Context, run: (service: AccountService) => Promise<number>): Promise<number> {
-  return withDatabase(loadConfig(context.env), context.io, (db) => run(accountServiceOn(db, context.clock)))
+  return withDatabase(loadConfig(context.env), context.io, async (db) => run(await accountServiceOn(db, context.clock)))
 }
 
-function accountServiceOn(db: Db, clock: Clock): AccountService {
-  return new AccountService(db, clock, accountSignOut(clock))
+/** The account operations, writing their webhook events as the server does (a running instance delivers them). */
+async function accountServiceOn(db: Db, clock: Clock): Promise<AccountService> {
+  return new AccountService(db, clock, accountSignOut(clock), undefined, await writeOnlyOutbox(db.kysely, clock))
+}
+
+/** The webhook endpoints on the server's database, sealing secrets under the server's key. */
+function webhookService(context: Context, run: (webhooks: WebhookService) => Promise<number>): Promise<number> {
+  const config = loadConfig(context.env)
+  return withDatabase(config, context.io, async (db) => {
+    const sealer = await sealerFor(config, db, context.io)
+    const cursors = new CursorCodec(await secrets.getOrCreate(db.kysely, 'cursor_hmac', randomBytes(32).toString('base64url'), context.clock.now()))
+    const logger = { info() {}, warn() {}, error() {} }
+    return run(new WebhookService({ db, clock: context.clock, sealer, logger, metrics: new Metrics(), cursors, production: config.production }))
+  })
 }
 
 const commands: Command[] = [
@@ -262,7 +279,7 @@ const commands: Command[] = [
       const config = loadConfig(context.env)
       return withDatabase(config, context.io, async (db) => {
         const sealer = await sealerFor(config, db, context.io)
-        const service = accountServiceOn(db, context.clock)
+        const service = await accountServiceOn(db, context.clock)
         const reset = (trx: Db['kysely'], user: { id: string; email: string }) => resetSecondFactors(trx, user, { sealer, brand: { appName: config.appName }, now: context.clock.now() })
         const done = await service.resetMfa(context.positionals[0]!, reset)
         context.io.out(`${done.email}: ${done.factors} second factor(s) removed, ${done.revoked} session(s) revoked`)
@@ -307,7 +324,7 @@ const commands: Command[] = [
       if (user !== undefined && !byAddress && !isUuid(user)) throw new UsageError('--user takes an e-mail address or a user id', usage)
       return withDatabase(loadConfig(context.env), context.io, async (db) => {
         // An address must name an account; an id is taken as it is, since a deleted account's events stay.
-        const userId = byAddress ? (await accountServiceOn(db, context.clock).find(user!)).id : user
+        const userId = byAddress ? (await (await accountServiceOn(db, context.clock)).find(user!)).id : user
         const events = await new AuditLog(db).newestFirst({ userId, type, since: sinceMs }, null, count)
         printList(context, events.map(eventView), ['at', 'type', 'reason', 'user_id', 'actor', 'ip', 'request_id', 'user_agent'])
         return 0
@@ -353,8 +370,8 @@ const commands: Command[] = [
       const from = new KeySealer(config.oldKeyEncryptionKey)
       const to = new KeySealer(config.keyEncryptionKey)
       return withDatabase(config, io, async (db) => {
-        const count = await rewrapStoredKeys(db, from, to, [rewrapWaitingMail, rewrapTotpSecrets, rewrapClientSecrets])
-        io.out(`re-encrypted ${count} stored key(s), queued mail(s), second-factor secret(s) and client secret(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
+        const count = await rewrapStoredKeys(db, from, to, [rewrapWaitingMail, rewrapTotpSecrets, rewrapClientSecrets, rewrapWebhookSecrets])
+        io.out(`re-encrypted ${count} stored key(s), queued mail(s), second-factor secret(s), client and webhook secret(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
         return 0
       })
     },
@@ -531,6 +548,79 @@ const commands: Command[] = [
         context.io.err(`portcullis: client ${rotated.client.client_id}: this is the only time the new secret is shown; the old one no longer works`)
         return 0
       }),
+  },
+  {
+    name: 'webhooks add',
+    args: 'URL --events E[,E] [--description D]',
+    summary: 'register a webhook endpoint and print it as JSON with its signing secret (once)',
+    help: [`Events: ${WEBHOOK_EVENTS.join(', ')}, or * for all.`, 'The secret (whsec_...) is shown here and never again: only a sealed copy is stored.'],
+    positionals: 1,
+    options: { events: { type: 'string' }, description: { type: 'string' } },
+    run: (context) => {
+      const { events, description } = context.values as { events?: string; description?: string }
+      if (!events) throw new UsageError('webhooks add needs --events (a comma-separated list, or *)', usageOf('webhooks add'))
+      return webhookService(context, async (webhooks) => {
+        const created = await webhooks.create({ url: context.positionals[0]!, events: events.split(',').map((event) => event.trim()).filter(Boolean), description: description ?? null })
+        context.io.out(json(created))
+        context.io.err(`portcullis: webhook ${created.webhook.id}: this is the only time its secret is shown`)
+        return 0
+      })
+    },
+  },
+  {
+    name: 'webhooks list',
+    args: '[--json]',
+    summary: 'list the webhook endpoints: id, url, events, enabled, disabled_reason (oldest first)',
+    help: [JSON_HELP],
+    options: JSON_OPTION,
+    run: (context) =>
+      webhookService(context, async (webhooks) => {
+        printList(context, await webhooks.list(), ['id', 'url', 'events', 'enabled', 'disabled_reason'])
+        return 0
+      }),
+  },
+  {
+    name: 'webhooks remove',
+    args: 'ID',
+    summary: 'remove a webhook endpoint with its deliveries',
+    positionals: 1,
+    run: (context) =>
+      webhookService(context, async (webhooks) => {
+        await webhooks.remove(context.positionals[0]!)
+        context.io.out(`webhook ${context.positionals[0]}: removed, with its deliveries`)
+        return 0
+      }),
+  },
+  {
+    name: 'webhooks rotate-secret',
+    args: 'ID',
+    summary: 'give an endpoint a new signing secret and print it once; the previous one also signs for 24 hours',
+    positionals: 1,
+    run: (context) =>
+      webhookService(context, async (webhooks) => {
+        const rotated = await webhooks.rotateSecret(context.positionals[0]!)
+        context.io.out(json(rotated))
+        context.io.err(`portcullis: webhook ${rotated.webhook.id}: this is the only time the new secret is shown; the previous one signs beside it for 24 hours`)
+        return 0
+      }),
+  },
+  {
+    name: 'webhooks deliveries',
+    args: 'ID [--limit N] [--json]',
+    summary: 'an endpoint\'s deliveries, newest first: id, webhook_id, type, attempts, last_status, delivered_at, failed_at',
+    help: ['--limit takes 1 to 100 (default 20).', JSON_HELP],
+    positionals: 1,
+    options: { ...JSON_OPTION, limit: { type: 'string' } },
+    run: (context) => {
+      const { limit } = context.values as { limit?: string }
+      const count = limit === undefined ? 20 : Number(limit)
+      if (!Number.isInteger(count) || count < 1 || count > 100) throw new UsageError('--limit takes a whole number from 1 to 100', usageOf('webhooks deliveries'))
+      return webhookService(context, async (webhooks) => {
+        const { deliveries } = await webhooks.deliveries(context.positionals[0]!, { limit: count })
+        printList(context, deliveries, ['id', 'webhook_id', 'type', 'attempts', 'last_status', 'delivered_at', 'failed_at'])
+        return 0
+      })
+    },
   },
 ]
 

@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import type { Clock } from '../clock.ts'
 import type { Database } from '../db/schema.ts'
-import { deliveries, nextSequence } from './store.ts'
+import { deliveries, endpoints, nextSequence } from './store.ts'
 
 type Executor = Kysely<Database>
 
@@ -83,6 +83,20 @@ export class WebhookOutbox implements AccountEvents {
     )
     this.queued()
   }
+}
+
+/** The enabled endpoints' filters as stored now. */
+export async function storedSubscribers(db: Executor): Promise<Subscriber[]> {
+  return (await endpoints.list(db)).filter((row) => row.enabled === 1).map((row) => ({ id: row.id, events: new Set(row.events.split(' ')) }))
+}
+
+/**
+ * The outbox of a process that writes events but does not deliver them (the CLI): the endpoints as
+ * stored when it starts; a running instance's queue finds the rows and delivers them.
+ */
+export async function writeOnlyOutbox(db: Executor, clock: Clock): Promise<WebhookOutbox> {
+  const subscribers = await storedSubscribers(db)
+  return new WebhookOutbox(clock, () => subscribers, () => {})
 }
 
 /** For tests and tools that build services without webhooks: every event goes nowhere. */

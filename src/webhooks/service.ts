@@ -10,7 +10,7 @@ import type { Metrics } from '../http/metrics.ts'
 import type { Logger } from '../logger.ts'
 import { DurableQueue, type DurableQueueNames, type DurableQueueOptions } from '../queue/durable.ts'
 import { cleanLabel, isUuid } from '../text.ts'
-import { WEBHOOK_EVENTS, WebhookOutbox, type Subscriber } from './events.ts'
+import { storedSubscribers, WEBHOOK_EVENTS, WebhookOutbox, type Subscriber } from './events.ts'
 import { deliveries, deliveryTable, endpoints, type DeliveryRow, type EndpointRow } from './store.ts'
 
 /**
@@ -183,8 +183,7 @@ export class WebhookService {
   }
 
   private async reload(): Promise<void> {
-    const rows = await endpoints.list(this.db)
-    this.subscribers = rows.filter((row) => row.enabled === 1).map((row) => ({ id: row.id, events: new Set(row.events.split(' ')) }))
+    this.subscribers = await storedSubscribers(this.db)
   }
 
   /**

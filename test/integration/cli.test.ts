@@ -382,3 +382,51 @@ test('the installed bin runs the CLI and sets the exit status', () => {
   assert.equal(result.status, 2)
   assert.match(result.stderr, /unknown command: no-such-command/)
 })
+
+for (const engine of ENGINES) {
+  test(`webhooks add|list|deliveries|rotate-secret|remove on ${engine}, and an account change made by the CLI writes its event`, async () => {
+    const storage = await createStorage(engine)
+    const t = await startTestApp(engine, { storage })
+    const env = { DATA_DIR: storage.dataDir, DATABASE_URL: storage.databaseUrl }
+    try {
+      let io = capture()
+      assert.equal(await runCli(['webhooks', 'add', 'http://127.0.0.1:9/hooks', '--events', 'user.disabled,user.enabled', '--description', 'CRM'], env, io), 0)
+      const added = JSON.parse(io.stdout.join('\n')) as { webhook: { id: string; events: string[] }; secret: string }
+      assert.match(added.secret, /^whsec_/)
+      assert.deepEqual(added.webhook.events, ['user.disabled', 'user.enabled'])
+      assert.match(io.stderr.at(-1)!, /only time its secret is shown/)
+
+      io = capture()
+      assert.equal(await runCli(['webhooks', 'list'], env, io), 0)
+      assertTable(io.stdout, ['id', 'url', 'events', 'enabled', 'disabled_reason'])
+      assert.ok(!io.stdout.join('').includes(added.secret), 'the secret is never listed')
+
+      // A disable through the CLI writes user.disabled for the endpoint, as the API would.
+      const user = await registerVerifyLogin(t)
+      assert.equal(await runCli(['users', 'disable', user.email], env, capture()), 0)
+      io = capture()
+      assert.equal(await runCli(['webhooks', 'deliveries', added.webhook.id, '--json'], env, io), 0)
+      assert.deepEqual(parsedList(io.stdout).map((delivery) => delivery.type), ['user.disabled'])
+
+      io = capture()
+      assert.equal(await runCli(['webhooks', 'rotate-secret', added.webhook.id], env, io), 0)
+      const rotated = JSON.parse(io.stdout.join('\n')) as { secret: string }
+      assert.notEqual(rotated.secret, added.secret)
+      io = capture()
+      assert.equal(await runCli(['webhooks', 'remove', added.webhook.id], env, io), 0)
+      assert.equal(await runCli(['webhooks', 'remove', added.webhook.id], env, capture()), 1)
+
+      io = capture()
+      assert.equal(await runCli(['webhooks', 'add', 'ftp://example.com', '--events', 'user.nothing'], env, io), 1)
+      assert.match(io.stderr.at(-1)!, /url .*; events must be among/)
+      for (const argv of [['webhooks', 'add', 'https://example.com/h'], ['webhooks', 'deliveries', 'x', '--limit', '0']]) {
+        io = capture()
+        assert.equal(await runCli(argv, env, io), 2, argv.join(' '))
+        assert.match(io.stderr.join('\n'), /usage: portcullis webhooks/)
+      }
+    } finally {
+      await t.close()
+      await storage.drop()
+    }
+  })
+}
