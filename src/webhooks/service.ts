@@ -230,23 +230,34 @@ export class WebhookService {
       if (status < 200 || status > 299) throw new Error(`the endpoint answered ${status}`)
     } catch (error) {
       await deliveries.noteStatus(this.db, row.id, row.lease_owner ?? '', status)
-      await this.failed(endpoint, now)
+      // This failure disabled the endpoint: this row is given up with the others, not retried.
+      if (await this.failed(endpoint, now)) throw new Undeliverable('the endpoint was disabled after three days of failures')
       throw error instanceof Error && error.name === 'TimeoutError' ? new Error(`no answer within ${this.timeoutMs / 1000} s`) : error
     }
     await deliveries.noteStatus(this.db, row.id, row.lease_owner ?? '', status)
     if (endpoint.failing_since !== null) await endpoints.succeeding(this.db, endpoint.id)
   }
 
-  /** A failure: the run of failures starts (or goes on); three days of it disable the endpoint, on the audit trail. */
-  private async failed(endpoint: EndpointRow, now: number): Promise<void> {
-    if (endpoint.failing_since === null) return endpoints.failing(this.db, endpoint.id, now)
-    if (now - endpoint.failing_since < DISABLE_AFTER_MS) return
-    await this.db.transaction().execute(async (trx) => {
-      if (!(await endpoints.disableIfFailingSince(trx, endpoint.id, now - DISABLE_AFTER_MS, now))) return
+  /**
+   * A failure: the run of failures starts (or goes on); three days of it disable the endpoint, on
+   * the audit trail, and give up its waiting deliveries. True when this failure disabled it.
+   */
+  private async failed(endpoint: EndpointRow, now: number): Promise<boolean> {
+    if (endpoint.failing_since === null) {
+      await endpoints.failing(this.db, endpoint.id, now)
+      return false
+    }
+    if (now - endpoint.failing_since < DISABLE_AFTER_MS) return false
+    const disabled = await this.db.transaction().execute(async (trx) => {
+      if (!(await endpoints.disableIfFailingSince(trx, endpoint.id, now - DISABLE_AFTER_MS, now))) return false
+      await deliveries.giveUpOpen(trx, endpoint.id, now, 'the endpoint was disabled after three days of failures')
       await recordEvent(trx, this.deps.clock, { type: 'webhook.disabled', userId: null, reason: endpoint.id, context: { ip: null, userAgent: null, requestId: null, actor: 'webhooks' } })
-      this.deps.logger.error({ webhook: { endpoint_id: endpoint.id } }, 'webhook endpoint disabled after three days of failures')
+      return true
     })
+    if (!disabled) return false
+    this.deps.logger.error({ webhook: { endpoint_id: endpoint.id } }, 'webhook endpoint disabled after three days of failures')
     await this.reload()
+    return true
   }
 
   // The operators' side: the admin API and the CLI.
@@ -298,6 +309,7 @@ export class WebhookService {
         ...(enabling ? { failing_since: null, disabled_reason: null } : {}),
         ...(!merged.enabled && row.enabled === 1 ? { disabled_reason: 'operator' } : {}),
       })
+      if (!merged.enabled && row.enabled === 1) await deliveries.giveUpOpen(trx, id, now, 'the endpoint was disabled')
       await recordEvent(trx, this.deps.clock, { type: 'webhook.updated', userId: null, reason: id, context })
     })
     await this.reload()

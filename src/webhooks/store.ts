@@ -112,6 +112,22 @@ export const deliveries = {
       .execute()
   },
 
+  /**
+   * The endpoint was disabled: its deliveries not yet sent are given up (a row in flight finishes
+   * its attempt first; its outcome is then recorded as usual). An operator retries them by hand.
+   */
+  async giveUpOpen(db: Executor, endpointId: string, at: number, reason: string): Promise<number> {
+    const result = await db
+      .updateTable('webhook_deliveries')
+      .set({ failed_at: at, last_error: reason })
+      .where('endpoint_id', '=', endpointId)
+      .where('sent_at', 'is', null)
+      .where('failed_at', 'is', null)
+      .where((eb) => eb.or([eb('lease_until', 'is', null), eb('lease_until', '<', at)]))
+      .executeTakeFirst()
+    return Number(result.numUpdatedRows)
+  },
+
   /** Gives a claimed row back untried (its lane was full): no lease, and the claim's attempt taken back. */
   async release(db: Executor, id: string, owner: string): Promise<void> {
     await db
