@@ -120,14 +120,11 @@ export interface ApiKeysTable {
 
 export type MailKind = 'verification' | 'password_reset' | 'security_notice' | 'sign_in_code' | 'email_change'
 
-export interface MailOutboxTable {
-  id: string
-  user_id: string | null
-  kind: MailKind
-  recipient: string
-  subject: string
-  body_text: string
-  body_html: string
+/**
+ * The columns every durable queue's table has (src/queue/table.ts): the lease, the attempts and the
+ * outcome. `sent_at` is when the receiver took the row.
+ */
+export interface DurableQueueColumns {
   created_at: number
   attempts: Generated<number>
   next_attempt_at: number
@@ -136,6 +133,16 @@ export interface MailOutboxTable {
   sent_at: number | null
   failed_at: number | null
   last_error: string | null
+}
+
+export interface MailOutboxTable extends DurableQueueColumns {
+  id: string
+  user_id: string | null
+  kind: MailKind
+  recipient: string
+  subject: string
+  body_text: string
+  body_html: string
 }
 
 export type FactorType = 'totp' | 'passkey'
@@ -292,20 +299,11 @@ export interface OpRecordsTable {
 }
 
 /** The durable queue of Back-Channel Logout notices (migration 0014). */
-export interface OpLogoutDeliveriesTable {
+export interface OpLogoutDeliveriesTable extends DurableQueueColumns {
   id: string
   client_id: string
   subject: string
   sid: string
-  attempts: Generated<number>
-  created_at: number
-  next_attempt_at: number
-  lease_owner: string | null
-  lease_until: number | null
-  /** When the client took it (the queue tables' shared name, src/queue/table.ts). */
-  sent_at: number | null
-  failed_at: number | null
-  last_error: string | null
 }
 
 /** A sign-in by e-mailed code or link (migration 0016). */
@@ -364,7 +362,7 @@ export interface WebhookEndpointsTable {
 }
 
 /** One event for one endpoint: the outbox row and its delivery (migration 0018). */
-export interface WebhookDeliveriesTable {
+export interface WebhookDeliveriesTable extends DurableQueueColumns {
   id: string
   /** The event's webhook-id: the same on every attempt and for every endpoint. */
   event_id: string
@@ -374,14 +372,6 @@ export interface WebhookDeliveriesTable {
   type: string
   /** The body sent; emptied a week after the outcome. */
   payload: string | null
-  attempts: Generated<number>
-  created_at: number
-  next_attempt_at: number
-  lease_owner: string | null
-  lease_until: number | null
-  sent_at: number | null
-  failed_at: number | null
-  last_error: string | null
   last_status: number | null
 }
 

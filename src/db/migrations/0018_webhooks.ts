@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely'
+import { createQueueTable } from './queue-table.ts'
 
 /**
  * Webhooks (docs/webhooks.md):
@@ -30,27 +31,16 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('updated_at', 'bigint', (c) => c.notNull())
     .execute()
 
-  await db.schema
-    .createTable('webhook_deliveries')
-    .addColumn('id', 'text', (c) => c.primaryKey())
-    .addColumn('event_id', 'text', (c) => c.notNull())
-    .addColumn('endpoint_id', 'text', (c) => c.notNull().references('webhook_endpoints.id').onDelete('cascade'))
-    .addColumn('user_id', 'text', (c) => c.notNull())
-    .addColumn('sequence', 'integer', (c) => c.notNull())
-    .addColumn('type', 'text', (c) => c.notNull())
-    .addColumn('payload', 'text')
-    .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(0))
-    .addColumn('created_at', 'bigint', (c) => c.notNull())
-    .addColumn('next_attempt_at', 'bigint', (c) => c.notNull())
-    .addColumn('lease_owner', 'text')
-    .addColumn('lease_until', 'bigint')
-    .addColumn('sent_at', 'bigint')
-    .addColumn('failed_at', 'bigint')
-    .addColumn('last_error', 'text')
-    .addColumn('last_status', 'integer')
-    .execute()
-  await db.schema.createIndex('webhook_deliveries_due_idx').on('webhook_deliveries').columns(['sent_at', 'failed_at', 'next_attempt_at']).execute()
-  await db.schema.createIndex('webhook_deliveries_failed_at_idx').on('webhook_deliveries').column('failed_at').execute()
+  await createQueueTable(db, 'webhook_deliveries', (table) =>
+    table
+      .addColumn('event_id', 'text', (c) => c.notNull())
+      .addColumn('endpoint_id', 'text', (c) => c.notNull().references('webhook_endpoints.id').onDelete('cascade'))
+      .addColumn('user_id', 'text', (c) => c.notNull())
+      .addColumn('sequence', 'integer', (c) => c.notNull())
+      .addColumn('type', 'text', (c) => c.notNull())
+      .addColumn('payload', 'text')
+      .addColumn('last_status', 'integer'),
+  )
   // What holds a user's later events back (the earlier ones still pending), and the log's pages.
   await db.schema.createIndex('webhook_deliveries_order_idx').on('webhook_deliveries').columns(['endpoint_id', 'user_id', 'sequence']).execute()
   await db.schema.createIndex('webhook_deliveries_log_idx').on('webhook_deliveries').columns(['endpoint_id', 'created_at', 'id']).execute()
