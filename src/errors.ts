@@ -77,3 +77,16 @@ export class AppError extends Error {
     this.mfa = options.mfa
   }
 }
+
+/**
+ * An error's message with its causes: fetch reports only "fetch failed", and what went wrong (the
+ * name did not resolve, the connection was refused, the certificate was not trusted) is its cause.
+ */
+export function causeChain(error: unknown): string {
+  const parts: string[] = []
+  for (let current: unknown = error; current instanceof Error && parts.length < 5; current = current.cause) {
+    const code = (current as { code?: unknown }).code
+    parts.push(typeof code === 'string' && !current.message.includes(code) ? `${current.message} (${code})` : current.message)
+  }
+  return parts.length > 0 ? parts.join(': ') : String(error)
+}

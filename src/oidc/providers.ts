@@ -1,3 +1,4 @@
+import { causeChain } from '../errors.ts'
 import { createRemoteJWKSet, type JWTVerifyGetKey } from 'jose'
 import type { Configuration } from 'openid-client'
 import type { OidcProviderConfig } from '../config.ts'
@@ -80,17 +81,4 @@ export class OidcProviders {
       this.logger.warn({ provider: config.name, issuer: config.issuer, err: { message: causeChain(error) } }, 'identity provider unavailable; discovery is tried again every minute')
     }
   }
-}
-
-/**
- * An error's message with its causes: fetch reports only "fetch failed", and what went wrong (the
- * name did not resolve, the connection was refused, the certificate was not trusted) is its cause.
- */
-export function causeChain(error: unknown): string {
-  const parts: string[] = []
-  for (let current: unknown = error; current instanceof Error && parts.length < 5; current = current.cause) {
-    const code = (current as { code?: unknown }).code
-    parts.push(typeof code === 'string' && !current.message.includes(code) ? `${current.message} (${code})` : current.message)
-  }
-  return parts.length > 0 ? parts.join(': ') : String(error)
 }

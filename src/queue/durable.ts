@@ -64,7 +64,18 @@ export interface DurableQueueOptions {
 export interface DurableQueueLanes<Row> {
   of(row: Row): string
   depth: number
+  /**
+   * True for a failure that says the receiver cannot be reached at all (a refused connection, no
+   * answer in time). The lane then rests on this instance, from retryBaseMs doubling up to
+   * LANE_REST_MAX_MS while it stays unreachable, instead of trying each due row on its own schedule:
+   * a dead receiver costs a few attempts a minute, not one per waiting row. An answer of any
+   * status does not rest the lane (its rows keep their own retries).
+   */
+  unreachable?(error: unknown): boolean
 }
+
+/** The longest a lane whose receiver cannot be reached rests between attempts. */
+export const LANE_REST_MAX_MS = 60_000
 
 export interface DurableQueueMetric {
   name: string
@@ -140,6 +151,8 @@ export class DurableQueue<Row extends DurableRow> {
   private queuedCount = 0
   /** With lanes: each lane's rows claimed and not yet done here, and the end of its chain. */
   private readonly laneWork = new Map<string, { rows: number; tail: Promise<void> }>()
+  /** Lanes whose receiver could not be reached: not claimed from until `until`. */
+  private readonly resting = new Map<string, { until: number; streak: number }>()
   private readonly sent
   private readonly retried
   private readonly failed
@@ -181,7 +194,9 @@ export class DurableQueue<Row extends DurableRow> {
   private async pass(): Promise<void> {
     const { store, clock, options, lanes } = this.parts
     for (;;) {
+      const now = clock.now()
       const full = lanes ? [...this.laneWork].filter(([, work]) => work.rows >= lanes.depth).map(([lane]) => lane) : []
+      for (const [lane, rest] of this.resting) if (rest.until > now) full.push(lane)
       const batch = await store.claim(this.owner, clock.now(), options.leaseMs, options.batch, full)
       if (lanes) for (const row of batch) this.queueInLane(row, lanes)
       // One at a time: a receiver is better served by a steady stream than by a burst of connections.
@@ -207,20 +222,41 @@ export class DurableQueue<Row extends DurableRow> {
     work.rows += 1
     work.tail = work.tail
       // Rows not started when the queue stops are left to their lease: another instance takes them up.
-      .then(() => (this.stopped ? undefined : this.deliver(row)))
+      .then(async () => {
+        if (this.stopped || (this.resting.get(lane)?.until ?? 0) > this.parts.clock.now()) {
+          // Stopping, or the lane began to rest while this row waited: back untried.
+          await this.parts.store.release!(row.id, this.owner)
+          return
+        }
+        this.rest(lane, lanes, await this.deliver(row))
+      })
       .catch((error: unknown) => this.parts.logger.warn({ err: { message: (error as Error).message } }, this.parts.names.log.passFailed))
       .finally(() => {
         work.rows -= 1
-        if (work.rows === 0 && this.laneWork.get(lane) === work) this.laneWork.delete(lane)
-        if (work.rows === lanes.depth - 1) this.kick()
+        if (work.rows > 0) return
+        if (this.laneWork.get(lane) === work) this.laneWork.delete(lane)
+        // The lane is empty: claim again (a claim per lane-full of rows, not per row).
+        this.kick()
       })
+  }
+
+  /** After a delivery in a lane: an unreachable receiver makes the lane rest (longer each time); any answer ends the rest. */
+  private rest(lane: string, lanes: DurableQueueLanes<Row>, failure: unknown): void {
+    if (failure === null || !lanes.unreachable?.(failure)) {
+      this.resting.delete(lane)
+      return
+    }
+    const streak = (this.resting.get(lane)?.streak ?? 0) + 1
+    const pause = Math.min(this.parts.options.retryBaseMs * 2 ** (streak - 1), LANE_REST_MAX_MS)
+    this.resting.set(lane, { until: this.parts.clock.now() + pause, streak })
   }
 
   private lanesDone(): Promise<unknown> {
     return Promise.all([...this.laneWork.values()].map((work) => work.tail))
   }
 
-  private async deliver(row: Row): Promise<void> {
+  /** Hands one row over and records the outcome; resolves with the failure, or null when delivered. */
+  private async deliver(row: Row): Promise<unknown> {
     const { store, clock, options, logger, names } = this.parts
     const label = { [names.label.name]: names.label.of(row) }
     try {
@@ -232,17 +268,18 @@ export class DurableQueue<Row extends DurableRow> {
         await store.givenUp(row.id, this.owner, now, reason)
         this.failed.inc(label)
         logger.error({ ...names.log.fields(row), err: { message: reason } }, names.log.givenUp)
-        return
+        return error
       }
       const jitter = 1 + (options.jitter ?? 0) * (2 * Math.random() - 1)
       const delay = Math.round(Math.min(options.retryBaseMs * 2 ** (row.attempts - 1), options.retryMaxMs) * jitter)
       await store.retryAt(row.id, this.owner, now + delay, reason)
       this.retried.inc(label)
       logger.warn({ ...names.log.fields(row), retryInMs: delay, err: { message: reason } }, names.log.retrying)
-      return
+      return error
     }
     await store.delivered(row.id, this.owner, clock.now())
     this.sent.inc(label)
+    return null
   }
 
   /** Resolves once every row due now has been tried once more (tests wait on it). */

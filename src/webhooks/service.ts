@@ -5,7 +5,7 @@ import type { Rewrap } from '../auth/keys.ts'
 import type { Clock } from '../clock.ts'
 import { keysetPage, type CursorCodec } from '../cursor.ts'
 import type { Db } from '../db/index.ts'
-import { AppError, type ErrorDetail } from '../errors.ts'
+import { AppError, causeChain, type ErrorDetail } from '../errors.ts'
 import type { Metrics } from '../http/metrics.ts'
 import type { Logger } from '../logger.ts'
 import { DurableQueue, type DurableQueueNames, type DurableQueueOptions } from '../queue/durable.ts'
@@ -24,13 +24,15 @@ export const WEBHOOK_QUEUE: DurableQueueOptions = {
   retryBaseMs: 5000,
   retryMaxMs: 3600_000,
   maxAgeMs: 3 * 24 * 3600_000,
-  batch: 50,
+  // One lane-full: a claim brings no more of an endpoint's rows than its lane takes (rows beyond it
+  // would each cost a write to give back); with several busy endpoints a pass claims again.
+  batch: 5,
   jitter: 0.2,
 }
 /** A receiver has this long to answer; a timeout is a failure like a 5xx. */
 export const TIMEOUT_MS = 10_000
 /** Rows of one endpoint claimed and waiting on one instance: its lane (src/queue/durable.ts). */
-const LANE_DEPTH = 5
+const LANE_DEPTH = WEBHOOK_QUEUE.batch
 /** How long an event that keeps failing holds back the same user's later events (for that endpoint). */
 export const HOLD_MS = 60_000
 /** An endpoint failing without a success for this long is disabled. */
@@ -61,6 +63,9 @@ const NAMES: DurableQueueNames<DeliveryRow> = {
 
 /** A failure no retry can cure: the endpoint is gone or disabled, or the payload was erased. */
 class Undeliverable extends Error {}
+
+/** The receiver could not be reached (refused, unresolvable, no answer in time): its lane rests. */
+class Unreachable extends Error {}
 
 /** The endpoint as the admin API shows it: never its secret. */
 export interface WebhookView {
@@ -136,6 +141,8 @@ export class WebhookService {
   private reloader: NodeJS.Timeout | null = null
   private kickSoon: NodeJS.Timeout | null = null
   private readonly timeoutMs: number
+  /** The HTTP status of each row's attempt under way, until its outcome is written. */
+  private readonly statusOf = new Map<string, number | null>()
 
   constructor(private readonly deps: WebhookDeps) {
     this.timeoutMs = deps.timeoutMs ?? TIMEOUT_MS
@@ -143,8 +150,12 @@ export class WebhookService {
     const options = { ...WEBHOOK_QUEUE, ...deps.queue }
     const table = deliveryTable.store(deps.db)
     this.queue = new DurableQueue({
+      // The outcome's write also records the HTTP status of the attempt (statusOf), in one statement.
       store: {
         ...table,
+        delivered: (id, owner, at) => deliveries.outcome(deps.db.kysely, id, owner, { sent_at: at, last_error: null, lease_until: null, last_status: this.takeStatus(id) }),
+        givenUp: (id, owner, at, error) => deliveries.outcome(deps.db.kysely, id, owner, { failed_at: at, last_error: error, lease_until: null, last_status: this.takeStatus(id) }),
+        retryAt: (id, owner, at, error) => deliveries.outcome(deps.db.kysely, id, owner, { next_attempt_at: at, last_error: error, lease_until: null, last_status: this.takeStatus(id) }),
         claim: (owner, now, leaseMs, limit, skipLanes) => deliveries.claim(deps.db, owner, now, leaseMs, limit, skipLanes, HOLD_MS),
         release: (id, owner) => deliveries.release(deps.db.kysely, id, owner),
       },
@@ -155,7 +166,7 @@ export class WebhookService {
       metrics: deps.metrics,
       options,
       names: NAMES,
-      lanes: { of: (row) => row.endpoint_id, depth: LANE_DEPTH },
+      lanes: { of: (row) => row.endpoint_id, depth: LANE_DEPTH, unreachable: (error) => error instanceof Unreachable },
     })
   }
 
@@ -199,6 +210,12 @@ export class WebhookService {
     this.kickSoon.unref()
   }
 
+  private takeStatus(id: string): number | null {
+    const status = this.statusOf.get(id) ?? null
+    this.statusOf.delete(id)
+    return status
+  }
+
   private async deliver(row: DeliveryRow): Promise<void> {
     const endpoint = await endpoints.find(this.db, row.endpoint_id)
     if (!endpoint) throw new Undeliverable('the endpoint was removed')
@@ -229,12 +246,13 @@ export class WebhookService {
       await answer.body?.cancel().catch(() => {})
       if (status < 200 || status > 299) throw new Error(`the endpoint answered ${status}`)
     } catch (error) {
-      await deliveries.noteStatus(this.db, row.id, row.lease_owner ?? '', status)
+      this.statusOf.set(row.id, status)
       // This failure disabled the endpoint: this row is given up with the others, not retried.
       if (await this.failed(endpoint, now)) throw new Undeliverable('the endpoint was disabled after three days of failures')
-      throw error instanceof Error && error.name === 'TimeoutError' ? new Error(`no answer within ${this.timeoutMs / 1000} s`) : error
+      if (status !== null) throw error
+      throw new Unreachable(error instanceof Error && error.name === 'TimeoutError' ? `no answer within ${this.timeoutMs / 1000} s` : causeChain(error))
     }
-    await deliveries.noteStatus(this.db, row.id, row.lease_owner ?? '', status)
+    this.statusOf.set(row.id, status)
     if (endpoint.failing_since !== null) await endpoints.succeeding(this.db, endpoint.id)
   }
 

@@ -138,8 +138,9 @@ export const deliveries = {
       .execute()
   },
 
-  async noteStatus(db: Executor, id: string, owner: string, status: number | null): Promise<void> {
-    await db.updateTable('webhook_deliveries').set({ last_status: status }).where('id', '=', id).where('lease_owner', '=', owner).execute()
+  /** A delivery's outcome (sent, given up or rescheduled) with the status of its attempt; only by the lease holder. */
+  async outcome(db: Executor, id: string, owner: string, changes: Partial<Pick<DeliveryRow, 'sent_at' | 'failed_at' | 'next_attempt_at' | 'last_error' | 'lease_until' | 'last_status'>>): Promise<void> {
+    await db.updateTable('webhook_deliveries').set(changes).where('id', '=', id).where('lease_owner', '=', owner).execute()
   },
 
   /** The endpoint's deliveries, newest first, strictly before `before`. */

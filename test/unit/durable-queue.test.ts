@@ -95,7 +95,7 @@ const NAMES: DurableQueueNames<Row> = {
 const OPTIONS: DurableQueueOptions = { pollMs: 60_000, leaseMs: 30_000, retryBaseMs: 1000, retryMaxMs: 5000, maxAgeMs: 3600_000, batch: 10 }
 
 /** A queue on a memory store and a clock the test moves; `deliver` is swapped by each test. */
-function setup(options: Partial<DurableQueueOptions> = {}, lanes?: { depth: number }) {
+function setup(options: Partial<DurableQueueOptions> = {}, lanes?: { depth: number; unreachable?: (error: unknown) => boolean }) {
   const clock = { ms: 1_000_000, now() { return this.ms } } satisfies Clock & { ms: number }
   const store = new MemoryStore()
   const metrics = new Metrics()
@@ -129,7 +129,7 @@ function setup(options: Partial<DurableQueueOptions> = {}, lanes?: { depth: numb
     metrics,
     options: { ...OPTIONS, ...options },
     names: NAMES,
-    ...(lanes ? { lanes: { of: (row: Row) => row.kind, depth: lanes.depth } } : {}),
+    ...(lanes ? { lanes: { of: (row: Row) => row.kind, ...lanes } } : {}),
   })
   return Object.assign(harness, { queue })
 }
@@ -360,6 +360,38 @@ describe('durable queue', () => {
     const delays = [...q.store.rows.values()].map((row) => row.next_attempt_at - q.clock.ms)
     assert.ok(delays.every((delay) => delay >= 800 && delay <= 1200), `within 20% of 1000 ms: ${delays}`)
     assert.ok(new Set(delays).size > 1, 'not all equal')
+    await q.queue.stop()
+  })
+
+  test('a lane whose receiver cannot be reached rests, doubling, instead of trying every due row; an answer ends the rest', async () => {
+    class Refused extends Error {}
+    const q = setup({ retryBaseMs: 1000 }, { depth: 5, unreachable: (error) => error instanceof Refused })
+    for (let i = 0; i < 20; i++) q.store.add(`dead-${i}`, q.clock.ms, 'dead')
+    q.store.add('live-0', q.clock.ms, 'live')
+    let tries = 0
+    q.receive = async (row) => {
+      if (row.kind === 'dead') {
+        tries++
+        throw new Refused('connect ECONNREFUSED')
+      }
+    }
+    await q.queue.flush()
+    assert.equal(tries, 1, 'one attempt, then the lane rests; its other claimed rows go back untried')
+    assert.ok(q.delivered.includes('live-0'), 'another lane is not held')
+    assert.equal([...q.store.rows.values()].filter((row) => row.kind === 'dead' && row.attempts > 0).length, 1, 'the rows given back kept their attempts')
+    q.clock.ms += 999
+    await q.queue.flush()
+    assert.equal(tries, 1, 'still resting')
+    q.clock.ms += 2
+    await q.queue.flush()
+    assert.equal(tries, 2, 'one attempt after the rest')
+    q.clock.ms += 1999
+    await q.queue.flush()
+    assert.equal(tries, 2, 'the second rest is twice as long')
+    q.receive = async () => {}
+    q.clock.ms += 2
+    for (let turn = 0; turn < 20 && q.delivered.filter((id) => id.startsWith('dead')).length < 20; turn++) await q.queue.flush()
+    assert.equal(q.delivered.filter((id) => id.startsWith('dead')).length, 20, 'once it answers, the lane delivers all of its rows')
     await q.queue.stop()
   })
 })
