@@ -152,6 +152,31 @@ for (const engine of ENGINES) {
       assert.equal(code(await t.post('/auth/reset-password', { token: resetToken, password: 'a brand new passphrase' })), 'INVALID_RESET_TOKEN')
     })
 
+    test('two confirmations of one link at once change the address once; a token of another purpose opens neither page', async () => {
+      const user = await registerVerifyLogin(t, uniqueEmail('race'))
+      const newEmail = uniqueEmail('race-new')
+      const token = await askFor(user.access_token, newEmail)
+      await t.mail.next(user.email)
+      const answers = await Promise.all([page('POST', token), page('POST', token)])
+      assert.deepEqual(answers.map((answer) => answer.statusCode).sort(), [200, 400])
+      assert.equal((await events(user.userId)).filter((type) => type === 'email.changed').length, 1)
+      assert.match(mailText(await t.mail.next(user.email)), /is now/)
+      await assert.rejects(t.mail.next(user.email, 300), 'one notice of the change, not two')
+
+      // A verification token is no change-of-address token, and the other way round.
+      const other = uniqueEmail('purpose')
+      assert.equal((await t.post('/auth/register', { email: other, password: PASSWORD, full_name: 'Purpose' })).statusCode, 201)
+      const verifyToken = tokenFromMail(await t.mail.next(other))
+      assert.equal((await page('GET', verifyToken)).statusCode, 400)
+      assert.equal((await page('POST', verifyToken)).statusCode, 400)
+      const changer = await registerVerifyLogin(t, uniqueEmail('purpose-changer'))
+      const changeToken = await askFor(changer.access_token, uniqueEmail('purpose-target'))
+      assert.equal(code(await t.post('/auth/verify-email', { token: changeToken })), 'INVALID_VERIFICATION_TOKEN')
+      assert.equal(code(await t.post('/auth/reset-password', { token: changeToken, password: 'a brand new passphrase' })), 'INVALID_RESET_TOKEN')
+      assert.equal((await page('GET', changeToken)).statusCode, 200, 'and still good for its own page')
+      assert.equal((await t.post('/auth/verify-email', { token: verifyToken })).statusCode, 200, 'nor was the verification token spent')
+    })
+
     test('an account without a password changes its address only soon after signing in', async () => {
       const email = uniqueEmail('nopw')
       assert.equal((await t.post('/auth/email/start', { email })).statusCode, 202)

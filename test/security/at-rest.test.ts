@@ -153,6 +153,17 @@ for (const engine of ENGINES) {
         const admin = (method: 'GET' | 'POST', path: string) => t.app.inject({ method, url: t.base + path, headers: { authorization: `Bearer ${apiKey}` } })
         assert.equal((await admin('POST', `/admin/users/${user.userId}/revoke-sessions`)).statusCode, 200)
         assert.equal((await admin('GET', '/admin/events')).statusCode, 200)
+
+        // A webhook endpoint (its signing secret) and a change of address (its mailed token): the
+        // change also writes a webhook payload, which must carry neither.
+        const hook = await t.app.services.webhooks.create({ url: 'http://127.0.0.1:9/hooks', events: ['*'] })
+        secrets.push({ what: 'webhook secret', value: hook.secret }, { what: 'webhook secret key', value: hook.secret.slice('whsec_'.length) })
+        const mover = await registerVerifyLogin(t, uniqueEmail('at-rest-move'))
+        const moved = uniqueEmail('at-rest-moved')
+        assert.equal((await t.post('/auth/me/email', { new_email: moved, password: PASSWORD }, mover.access_token)).statusCode, 202)
+        const changeToken = tokenFromMail(await t.mail.next(moved))
+        assert.equal((await t.app.inject({ method: 'POST', url: '/confirm-email-change', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: `token=${changeToken}` })).statusCode, 200)
+        secrets.push({ what: 'address change token', value: changeToken })
         await t.app.services.background.drain()
         await t.app.services.mailQueue.flush()
 
@@ -168,7 +179,7 @@ for (const engine of ENGINES) {
           for (const secret of secrets) assert.ok(!raw.includes(secret.value), `${secret.what} in the clear in the SQLite file or its WAL`)
         }
         const dump = await everyValue(t)
-        assert.ok(dump.has('users') && dump.has('api_keys') && dump.has('signing_keys') && dump.has('audit_events') && dump.has('mail_outbox') && dump.has('mfa_factors') && dump.has('mfa_recovery_codes') && dump.has('mfa_challenges'))
+        assert.ok(dump.has('users') && dump.has('api_keys') && dump.has('signing_keys') && dump.has('audit_events') && dump.has('mail_outbox') && dump.has('mfa_factors') && dump.has('mfa_recovery_codes') && dump.has('mfa_challenges') && dump.has('email_changes') && dump.has('webhook_endpoints') && dump.has('webhook_deliveries'))
         for (const [table, text] of dump) {
           for (const secret of secrets) assert.ok(!text.includes(secret.value), `${secret.what} in the clear in ${table}`)
           assert.doesNotMatch(text, /"d"\s*:/, `a private JWK in ${table}`)
