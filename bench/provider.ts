@@ -31,15 +31,15 @@
 // BENCH_LOADER_CPUS (taskset core lists), LOG_LEVEL (Portcullis's; npm start's default, info).
 // PostgreSQL: DATABASE_URL (its user must be able to create databases), or a throwaway cluster
 // started here (scripts/pg-throwaway.sh).
-import { execFileSync, spawnSync } from 'node:child_process'
+import { execFileSync } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
-import { mkdtempSync, readFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import pg from 'pg'
 import { formOf, OpBrowser } from '../test/helpers/op-browser.ts'
 import { allowedCpus, autocannonVersion, loadInChild, type LoadResult, type LoadSpec } from './load.ts'
-import { cpuOfCommand, cpuOfTree, OTHER_MAX, undisturbed, waitForQuiet } from './quiet.ts'
+import { benchDatabases } from './databases.ts'
+import { OTHER_MAX, undisturbed, waitForQuiet } from './quiet.ts'
 import { seedReaders } from './readers.ts'
 import { startArgs, startServer, type BenchServer, type StartOptions } from './server.ts'
 import type { PeerClient } from './peers/better-auth.ts'
@@ -77,30 +77,7 @@ const peerVersion = (JSON.parse(readFileSync('node_modules/@better-auth/oauth-pr
 const peerArgs = [...startArgs().filter((arg) => arg.startsWith('--')), 'bench/peers/better-auth.ts']
 
 // PostgreSQL: a throwaway cluster unless DATABASE_URL names one; every run gets a database of its own.
-let cluster: string | undefined
-let adminUrl = process.env.DATABASE_URL
-if (ENGINES.includes('postgres') && !adminUrl) {
-  cluster = mkdtempSync(path.join(os.tmpdir(), 'portcullis-bench-provider-pg-'))
-  const started = spawnSync('scripts/pg-throwaway.sh', ['start', cluster, '55498'], { encoding: 'utf8' })
-  if (started.status !== 0) throw new Error(`could not start PostgreSQL: ${started.stderr}`)
-  adminUrl = started.stdout.trim()
-}
-const postmaster = cluster ? Number(readFileSync(path.join(cluster, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]) : undefined
-const databaseCpuMs = () => (postmaster ? cpuOfTree(postmaster) : adminUrl ? cpuOfCommand('postgres') : 0)
-let databases = 0
-async function freshDatabase(engine: string): Promise<{ env: Record<string, string>; drop(): Promise<void> }> {
-  if (engine === 'sqlite') return { env: {}, drop: async () => {} }
-  const name = `portcullis_bench_provider_${process.pid}_${++databases}`
-  const admin = async (sql: string) => {
-    const client = new pg.Client({ connectionString: adminUrl })
-    await client.connect()
-    try { await client.query(sql) } finally { await client.end() }
-  }
-  await admin(`CREATE DATABASE ${name}`)
-  const url = new URL(adminUrl!)
-  url.pathname = `/${name}`
-  return { env: { DATABASE_URL: url.toString() }, drop: () => admin(`DROP DATABASE ${name} WITH (FORCE)`) }
-}
+const databases = benchDatabases(ENGINES, 'provider', 55498)
 
 const seen = { serverCpus: new Set<string>(), loaderCpus: new Set<string>(), repeated: 0, disturbed: 0, maxOther: 0, maxSteal: 0, failures: [] as string[] }
 
@@ -185,7 +162,7 @@ async function mintAcross<S>(signers: readonly S[], n: number, one: (signer: S) 
 
 /** Portcullis, built (dist/server.js), with its client registered through the CLI and READERS users signed in through the pages. */
 async function portcullis(engine: string): Promise<Provider & { readers: { own: string[]; oauth: string[] } }> {
-  const database = await freshDatabase(engine)
+  const database = await databases.fresh(engine)
   const env = { ...limits, ...database.env }
   const server = await start(env)
   try {
@@ -216,7 +193,7 @@ async function portcullis(engine: string): Promise<Provider & { readers: { own: 
           const page = await browser.go(authorizationUrl(authorize, client.client_id, verifier.challenge, { prompt: 'consent' }))
           return { code: codeOf(page.location, `${authorize} (${page.status} at ${page.url})`), verifier: verifier.verifier }
         }),
-      cpuMs: () => server.cpuMs() + databaseCpuMs(),
+      cpuMs: () => server.cpuMs() + databases.cpuMs(),
       stop: async () => {
         await server.stop()
         await database.drop()
@@ -443,7 +420,7 @@ const results: EngineResult[] = []
 try {
   for (const engine of ENGINES) results.push(await engineRun(engine))
 } finally {
-  if (cluster) spawnSync('scripts/pg-throwaway.sh', ['stop', cluster])
+  databases.stop()
 }
 console.log([
   `- observed: server cores ${[...seen.serverCpus].join(', ')}; loader cores ${[...seen.loaderCpus].join(', ')}; other processes at most ${percent(Math.max(0, seen.maxOther))} of a core during a kept measurement (${seen.repeated} measured again, ${seen.disturbed} kept over ${percent(OTHER_MAX)}); steal at most ${percent(seen.maxSteal)}`,

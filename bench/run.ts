@@ -23,11 +23,11 @@ import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { hash, verify } from '@node-rs/argon2'
-import pg from 'pg'
 import { ARGON2ID, OWASP_ARGON2_PARAMS } from '../src/auth/passwords.ts'
 import { flowInChild, type FlowResult } from './flows.ts'
 import { allowedCpus, autocannonVersion, loadInChild, type LoadResult, type LoadSpec } from './load.ts'
-import { cpuOfCommand, cpuOfTree, machineCpu, OTHER_MAX, waitForQuiet } from './quiet.ts'
+import { benchDatabases } from './databases.ts'
+import { machineCpu, OTHER_MAX, waitForQuiet } from './quiet.ts'
 import { seedReaders } from './readers.ts'
 import { startArgs, startServer, type BenchServer } from './server.ts'
 
@@ -77,31 +77,7 @@ if (PREVIOUS !== 'none') {
 const builds: Build[] = [...(previous ? [previous] : []), { name: 'current' }]
 
 // PostgreSQL: a throwaway cluster unless DATABASE_URL names one; every run gets a database of its own.
-let cluster: string | undefined
-let adminUrl = process.env.DATABASE_URL
-if (ENGINES.includes('postgres') && !adminUrl) {
-  cluster = mkdtempSync(path.join(os.tmpdir(), 'portcullis-bench-pg-'))
-  const started = spawnSync('scripts/pg-throwaway.sh', ['start', cluster, '55499'], { encoding: 'utf8' })
-  if (started.status !== 0) throw new Error(`could not start PostgreSQL: ${started.stderr}`)
-  adminUrl = started.stdout.trim()
-}
-const postmaster = cluster ? Number(readFileSync(path.join(cluster, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]) : undefined
-/** The database server's CPU time so far (ms): ours if we started it, else every process named postgres. */
-const databaseCpuMs = () => (postmaster ? cpuOfTree(postmaster) : adminUrl ? cpuOfCommand('postgres') : 0)
-let databases = 0
-async function freshDatabase(engine: string): Promise<{ env: Record<string, string>; drop(): Promise<void> }> {
-  if (engine === 'sqlite') return { env: {}, drop: async () => {} }
-  const name = `portcullis_bench_${process.pid}_${++databases}`
-  const admin = async (sql: string) => {
-    const client = new pg.Client({ connectionString: adminUrl })
-    await client.connect()
-    try { await client.query(sql) } finally { await client.end() }
-  }
-  await admin(`CREATE DATABASE ${name}`)
-  const url = new URL(adminUrl!)
-  url.pathname = `/${name}`
-  return { env: { DATABASE_URL: url.toString() }, drop: () => admin(`DROP DATABASE ${name} WITH (FORCE)`) }
-}
+const databases = benchDatabases(ENGINES, 'run', 55499)
 
 // Every measurement: on a quiet machine, and again if other processes took more than OTHER_MAX of a core meanwhile.
 const seen = { serverCpus: new Set<string>(), loaderCpus: new Set<string>(), repeated: 0, disturbed: 0, maxOther: 0, maxSteal: 0, failures: [] as string[] }
@@ -111,11 +87,11 @@ async function undisturbed<T>(label: string, server: BenchServer | undefined, me
     const machine = machineCpu()
     const began = performance.now()
     const self = process.cpuUsage()
-    const [serverBefore, databaseBefore] = [server?.cpuMs() ?? 0, databaseCpuMs()]
+    const [serverBefore, databaseBefore] = [server?.cpuMs() ?? 0, databases.cpuMs()]
     const { value, loaderCpuMs } = await measure()
     const { busyMs, stealMs } = machine()
     const own = process.cpuUsage(self)
-    const known = (server?.cpuMs() ?? 0) - serverBefore + databaseCpuMs() - databaseBefore + loaderCpuMs + (own.user + own.system) / 1000
+    const known = (server?.cpuMs() ?? 0) - serverBefore + databases.cpuMs() - databaseBefore + loaderCpuMs + (own.user + own.system) / 1000
     // The processes' own times include the interrupt work done on their behalf (on a quiet machine
     // this reads within a few per cent of zero). Per second of the whole measurement, a sign-in
     // flow's set-up included.
@@ -187,7 +163,7 @@ interface ServiceRun {
 
 async function serviceRun(build: Build, engine: string, restart: boolean): Promise<ServiceRun> {
   await waitForQuiet()
-  const database = await freshDatabase(engine)
+  const database = await databases.fresh(engine)
   const env = { ...limits, ...database.env }
   let server = await startServer(env, { tree: build.tree, cpus: SERVER_CPUS })
   seen.serverCpus.add(server.cpus())
@@ -236,7 +212,7 @@ interface FloodPair { alone: LoadResult; during: LoadResult; flood: LoadResult; 
 /** Bearer reads alone, then during a login flood from a process of its own, ROUNDS times; this tree only. */
 async function floodRuns(engine: string) {
   await waitForQuiet()
-  const database = await freshDatabase(engine)
+  const database = await databases.fresh(engine)
   const server = await startServer({ ...limits, ...database.env }, { cpus: SERVER_CPUS })
   try {
     const api = `${server.base}/api/v1`
@@ -349,7 +325,7 @@ const results: EngineResult[] = []
 try {
   for (const engine of ENGINES) results.push(await engineRun(engine))
 } finally {
-  if (cluster) spawnSync('scripts/pg-throwaway.sh', ['stop', cluster])
+  databases.stop()
   if (previous?.tree) rmSync(previous.tree, { recursive: true, force: true })
 }
 console.log([

@@ -31,18 +31,17 @@
 // (sqlite,postgres), BENCH_WEBHOOK_EVENTS (2000), LOG_LEVEL (the server's; npm start's default,
 // info). PostgreSQL: DATABASE_URL (its user must be able to create databases), or a throwaway
 // cluster started here (scripts/pg-throwaway.sh).
-import { execFile, spawnSync } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { once } from 'node:events'
-import { mkdtempSync, readFileSync } from 'node:fs'
 import { createServer as createHttpServer } from 'node:http'
 import { createServer as createTcpServer, type Socket } from 'node:net'
 import os from 'node:os'
-import path from 'node:path'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import { openDatabase } from '../src/db/index.ts'
 import { autocannonVersion, loadInChild, type LoadResult } from './load.ts'
-import { cpuOfCommand, cpuOfTree, machineCpu, OTHER_MAX, undisturbed, waitForQuiet } from './quiet.ts'
+import { benchDatabases } from './databases.ts'
+import { machineCpu, OTHER_MAX, undisturbed, waitForQuiet } from './quiet.ts'
 import { seedReaders, type Reader } from './readers.ts'
 import { startArgs, startServer, type BenchServer } from './server.ts'
 
@@ -68,40 +67,15 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 // PostgreSQL: a throwaway cluster unless DATABASE_URL names one; every run gets a database of its own.
-let cluster: string | undefined
-let adminUrl = process.env.DATABASE_URL
-if (ENGINES.includes('postgres') && !adminUrl) {
-  cluster = mkdtempSync(path.join(os.tmpdir(), 'portcullis-bench-webhooks-pg-'))
-  const started = spawnSync('scripts/pg-throwaway.sh', ['start', cluster, '55497'], { encoding: 'utf8' })
-  if (started.status !== 0) throw new Error(`could not start PostgreSQL: ${started.stderr}`)
-  adminUrl = started.stdout.trim()
-}
-const postmaster = cluster ? Number(readFileSync(path.join(cluster, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]) : undefined
-/** The database server's CPU time so far (ms): ours if we started it, else every process named postgres. */
-const databaseCpuMs = () => (postmaster ? cpuOfTree(postmaster) : adminUrl ? cpuOfCommand('postgres') : 0)
-let databases = 0
-async function freshDatabase(engine: string): Promise<{ env: Record<string, string>; drop(): Promise<void> }> {
-  // An empty DATABASE_URL, so that one in the bench's own environment does not turn a SQLite run into a PostgreSQL one.
-  if (engine === 'sqlite') return { env: { DATABASE_URL: '' }, drop: async () => {} }
-  const name = `portcullis_bench_webhooks_${process.pid}_${++databases}`
-  const admin = async (sql: string) => {
-    const client = new pg.Client({ connectionString: adminUrl })
-    await client.connect()
-    try { await client.query(sql) } finally { await client.end() }
-  }
-  await admin(`CREATE DATABASE ${name}`)
-  const url = new URL(adminUrl!)
-  url.pathname = `/${name}`
-  return { env: { DATABASE_URL: url.toString() }, drop: () => admin(`DROP DATABASE ${name} WITH (FORCE)`) }
-}
+const databases = benchDatabases(ENGINES, 'webhooks', 55497)
 
 const seen = { repeated: 0, maxOther: 0, failures: [] as string[] }
-const known = (server: BenchServer) => () => server.cpuMs() + databaseCpuMs()
+const known = (server: BenchServer) => () => server.cpuMs() + databases.cpuMs()
 
 /** A fresh server on a fresh database, `run` against its API, then both gone. */
 async function withServer<T>(engine: string, run: (server: BenchServer, api: string, env: Record<string, string>) => Promise<T>): Promise<T> {
   await waitForQuiet()
-  const database = await freshDatabase(engine)
+  const database = await databases.fresh(engine)
   const env = { ...limits, ...database.env }
   const server = await startServer(env)
   try {
@@ -348,7 +322,7 @@ try {
     }
   }
 } finally {
-  if (cluster) spawnSync('scripts/pg-throwaway.sh', ['stop', cluster])
+  databases.stop()
 }
 
 const range = (values: number[], format: (x: number) => string) => `${format(median(values))} (${format(Math.min(...values))}-${format(Math.max(...values))})`
