@@ -1,5 +1,5 @@
 import { html, type Html } from '../html.ts'
-import { form, layout, type PageBrand } from './views.ts'
+import { continueLink, form, layout, type PageBrand } from './views.ts'
 
 /**
  * The page behind the change-of-address link (src/profile/), in the mailed-link pages' style: its
@@ -14,7 +14,7 @@ ${form('confirm-email-change', [], { token }, 'Use this address')}`)
 
   changed(brand: PageBrand, email: string): Html {
     return layout(brand, 'Address changed', html`<p>The address of your account is now <strong>${email}</strong>. Sign in with it from now on.</p>
-${brand.appUrl ? html`<p><a class="continue" href="${brand.appUrl}">Continue to ${brand.appName}</a></p>` : ''}`)
+${continueLink(brand)}`)
   },
 
   taken(brand: PageBrand): Html {

@@ -68,7 +68,7 @@ ${Object.entries(hidden).map(([name, value]) => html`<input type="hidden" name="
 </form>`
 }
 
-function continueLink(brand: PageBrand): Html | '' {
+export function continueLink(brand: PageBrand): Html | '' {
   return brand.appUrl ? html`<p><a class="continue" href="${brand.appUrl}">Continue to ${brand.appName}</a></p>` : ''
 }
 

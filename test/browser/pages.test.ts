@@ -3,7 +3,7 @@ import { before, describe, test } from 'node:test'
 import type { Page } from 'playwright-core'
 import { consoleMessages, screenshots, seriousViolations, startSite, useChromium, useSite } from '../helpers/browser.ts'
 import { ENGINES } from '../helpers/db.ts'
-import { linkFromMail, mailParts } from '../helpers/mail.ts'
+import { linkFromMail, tokenFromMail, mailParts } from '../helpers/mail.ts'
 import { PASSWORD, uniqueEmail } from '../helpers/app.ts'
 
 const NEW_PASSWORD = 'a fresh passphrase from the browser'
@@ -77,6 +77,31 @@ describe('the mailed-link pages in a real browser', () => {
         assert.equal(reopened?.status(), 400)
         assert.equal(await heading(), 'This link no longer works')
         await check(page, `${engine}-3-verify-dead-link`)
+      })
+
+      test('change of address: open the link mailed to the new address, press the button, the account signs in with it', async () => {
+        const { t } = site
+        const email = uniqueEmail('browser-move')
+        assert.equal((await t.post('/auth/register', { email, password: PASSWORD, full_name: 'Moving User' })).statusCode, 201)
+        assert.equal((await t.post('/auth/verify-email', { token: tokenFromMail(await t.mail.next(email)) })).statusCode, 200)
+        const access = (await t.post('/auth/login', { email, password: PASSWORD })).json().data.access_token as string
+        const moved = uniqueEmail('browser-moved')
+        assert.equal((await t.post('/auth/me/email', { new_email: moved, password: PASSWORD }, access)).statusCode, 202)
+        const link = linkFromMail(await t.mail.next(moved))
+        assert.ok(link.startsWith(`${t.config.publicUrl}/confirm-email-change?token=`))
+
+        const opened = await page.goto(link)
+        assert.equal(opened?.status(), 200)
+        assert.equal(await heading(), 'Confirm your new e-mail address')
+        await check(page, `${engine}-9-address-confirm`)
+        assert.equal(await apiLogin(moved, PASSWORD), 401, 'opening the link changed nothing')
+
+        const [confirmed] = await Promise.all([page.waitForNavigation(), page.getByRole('button', { name: 'Use this address' }).click()])
+        assert.equal(confirmed?.status(), 200)
+        assert.equal(await heading(), 'Address changed')
+        await check(page, `${engine}-10-address-changed`)
+        assert.equal(await apiLogin(moved, PASSWORD), 200)
+        assert.equal(await apiLogin(email, PASSWORD), 401)
       })
 
       test('reset: ask for a link, open it, a mismatch is explained, the new password works and the old one not', async () => {
