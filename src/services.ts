@@ -227,7 +227,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   // proofs pending in these modules (src/auth/sign-out.ts).
   const signOut = accountSignOut(clock)
   const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, signOut, events, resetPasswordUrl: config.resetPasswordUrl })
-  const accounts = new AccountService(db, clock, signOut, (changes) => feed.applyLocally(changes), events)
+  const accounts = new AccountService(db, clock, signOut, events, (changes) => feed.applyLocally(changes))
   const email = new EmailSignIn({
     db, clock, sealer, limits, mailQueue, background, brand, sessions, loginCodes, signOut, events,
     hmacKey: await sealedSecret(db, sealer, 'email_hmac', clock.now()),

@@ -1,3 +1,4 @@
+import { confirmPassword } from '../auth/confirm-password.ts'
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import { users } from '../db/repositories.ts'
@@ -47,12 +48,7 @@ export class DataRights {
   async deleteOwn(principal: Principal, password: string, context: RequestContext): Promise<{ user_id: string; deleted: true }> {
     const user = await users.findById(this.deps.db.kysely, principal.userId)
     if (!user) throw new AppError('INVALID_TOKEN')
-    await this.deps.limits.claimLoginAttempt(user.email)
-    if (!(await this.deps.hasher.verify(user.password_hash, password))) {
-      await recordEvent(this.deps.db.kysely, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'account_delete', context })
-      throw new AppError('INVALID_CREDENTIALS')
-    }
-    await this.deps.limits.loginSucceeded(user.email)
+    await confirmPassword(this.deps, user, password, 'account_delete', context)
     try {
       await this.deps.accounts.remove({ id: user.id }, context)
     } catch (error) {

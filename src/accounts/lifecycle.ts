@@ -1,3 +1,4 @@
+import { confirmPassword } from '../auth/confirm-password.ts'
 import type { Background } from '../background.ts'
 import type { Limits } from '../limits/limits.ts'
 import type { Clock } from '../clock.ts'
@@ -195,12 +196,7 @@ export class LifecycleService {
   async changePassword(principal: Principal, currentPassword: string, newPassword: string, context: RequestContext): Promise<number> {
     const user = await users.findById(this.db, principal.userId)
     if (!user) throw new AppError('INVALID_TOKEN')
-    await this.deps.limits.claimLoginAttempt(user.email)
-    if (!(await this.deps.hasher.verify(user.password_hash, currentPassword))) {
-      await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'change_password', context })
-      throw new AppError('INVALID_CREDENTIALS')
-    }
-    await this.deps.limits.loginSucceeded(user.email)
+    await confirmPassword(this.deps, user, currentPassword, 'change_password', context)
     throwIfProblems(passwordProblems(newPassword, user.email, 'new_password'))
     const hash = await this.deps.hasher.hash(newPassword)
     const revoked = await this.revokeSessions(principal.userId, { except: principal.sessionId }, { type: 'password.changed', context, event: { type: 'user.password_changed', data: { by: 'change' } } }, async (trx) => {

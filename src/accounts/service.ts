@@ -7,7 +7,7 @@ import { CLI_CONTEXT, recordEvent, type AuditType, type RequestContext } from '.
 import { AuditLog } from '../audit/service.ts'
 import type { AuditEventRow } from '../audit/store.ts'
 import type { AccountSignOut } from '../auth/sign-out.ts'
-import { NO_EVENTS, type AccountEvents, type WebhookEventType } from '../webhooks/events.ts'
+import type { AccountEvents, WebhookEventType } from '../webhooks/events.ts'
 import { accountStore } from './store.ts'
 
 export type DisableReason = NonNullable<UserRow['disabled_reason']>
@@ -60,9 +60,9 @@ export class AccountService {
     private readonly clock: Clock,
     /** Ends the sign-ins under way and the pending proofs wherever sessions all end. */
     private readonly signOut: AccountSignOut,
-    private readonly onChange: (changes: Change[]) => void = () => {},
     /** The webhooks' outbox (src/webhooks/): events written in the transaction of the change. */
-    private readonly webhookEvents: AccountEvents = NO_EVENTS,
+    private readonly webhookEvents: AccountEvents,
+    private readonly onChange: (changes: Change[]) => void = () => {},
   ) {}
 
   /** The account, or UnknownUserError. */

@@ -1,3 +1,4 @@
+import { confirmPassword } from '../auth/confirm-password.ts'
 import { randomBytes } from 'node:crypto'
 import type { LifecycleService } from '../accounts/lifecycle.ts'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
@@ -83,12 +84,7 @@ export class ProfileService {
     throwIfProblems(problem ? [{ field: 'new_email', message: problem }] : [])
     if (user.password_hash !== NO_PASSWORD) {
       if (input.password === undefined) throwIfProblems([{ field: 'password', message: 'is required' }])
-      await this.deps.limits.claimLoginAttempt(user.email)
-      if (!(await this.deps.hasher.verify(user.password_hash, input.password!))) {
-        await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'change_email', context })
-        throw new AppError('INVALID_CREDENTIALS')
-      }
-      await this.deps.limits.loginSucceeded(user.email)
+      await confirmPassword(this.deps, user, input.password!, 'change_email', context)
     } else {
       const state = await sessions.findAuthState(this.db, principal.sessionId)
       if (!state || assuranceOf(state).authTime < this.deps.clock.now() - this.deps.recentMs) {

@@ -98,6 +98,3 @@ export async function writeOnlyOutbox(db: Executor, clock: Clock): Promise<Webho
   const subscribers = await storedSubscribers(db)
   return new WebhookOutbox(clock, () => subscribers, () => {})
 }
-
-/** For tests and tools that build services without webhooks: every event goes nowhere. */
-export const NO_EVENTS: AccountEvents = { emit: async () => {} }
