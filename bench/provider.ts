@@ -9,7 +9,7 @@
 // runs on SQLite). Every server gets a confidential first-party client (client_secret_basic,
 // PKCE S256, no consent page: Portcullis's `first_party`, Better Auth's `skip_consent`) and users
 // signed in once through their own pages (a cookie jar: test/helpers/op-browser.ts for Portcullis).
-// Then, 50 connections each, the load from a process of its own (bench/load.ts):
+// Then, 50 connections each, the load from a process of its own (bench/lib/load.ts):
 // - the code exchange: authorization codes for `openid offline_access` minted just before the
 //   measurement through the signed-in sessions (SIGNERS at a time), each sent once (the loader's
 //   `bodies`); both servers answer with an ID token, an opaque access token and a refresh token;
@@ -22,7 +22,7 @@
 // A one-shot case warms up with a batch of WARMUP_BODIES, then runs until its measured batch is
 // used up, sized from the warm-up's rate to last about BENCH_SECONDS. A measurement during which
 // other processes used more than BENCH_OTHER_MAX of a core is measured again with a fresh batch
-// (bench/quiet.ts). Ratios are medians of the rounds' ratios, their range beside them; req/s, p50
+// (bench/lib/quiet.ts). Ratios are medians of the rounds' ratios, their range beside them; req/s, p50
 // and p99 medians over rounds.
 //
 // BENCH_SECONDS (5) measured per case, BENCH_WARMUP_SECONDS (3, the reads'), BENCH_PAIRS (3) rounds,
@@ -30,28 +30,20 @@
 // Better Auth's jwt plugin signs with it by default; or RS256), BENCH_SERVER_CPUS and
 // BENCH_LOADER_CPUS (taskset core lists), LOG_LEVEL (Portcullis's; npm start's default, info).
 // PostgreSQL: DATABASE_URL (its user must be able to create databases), or a throwaway cluster
-// started here (scripts/pg-throwaway.sh).
-import { execFileSync } from 'node:child_process'
+// started here (scripts/pg-throwaway.sh, bench/lib/databases.ts).
 import { createHash, randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import os from 'node:os'
 import path from 'node:path'
 import { formOf, OpBrowser } from '../test/helpers/op-browser.ts'
-import { allowedCpus, autocannonVersion, loadInChild, type LoadResult, type LoadSpec } from './load.ts'
-import { benchDatabases } from './databases.ts'
-import { OTHER_MAX, undisturbed, waitForQuiet } from './quiet.ts'
-import { seedReaders } from './readers.ts'
-import { startArgs, startServer, type BenchServer, type StartOptions } from './server.ts'
+import { benchDatabases } from './lib/databases.ts'
+import { loadInChild, type LoadResult } from './lib/load.ts'
+import { seedReaders } from './lib/readers.ts'
+import { median, met, range, Report, rotation, settings, stats } from './lib/report.ts'
+import { BENCH_ENV, startArgs, startServer, type BenchServer } from './lib/server.ts'
 import type { PeerClient } from './peers/better-auth.ts'
 
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
-const WARMUP = Number(process.env.BENCH_WARMUP_SECONDS ?? 3)
-const ROUNDS = Number(process.env.BENCH_PAIRS ?? 3)
-const ENGINES = (process.env.BENCH_ENGINES ?? 'sqlite,postgres').split(',')
+const s = settings({ seconds: 5 })
 const ID_TOKEN_ALG = process.env.BENCH_ID_TOKEN_ALG ?? 'EdDSA'
-const SERVER_CPUS = process.env.BENCH_SERVER_CPUS || undefined
-const LOADER_CPUS = process.env.BENCH_LOADER_CPUS || undefined
-const LOG_LEVEL = process.env.LOG_LEVEL ?? 'info'
 const CONNECTIONS = 50
 const READERS = 100
 /** The users whose browser sessions mint the codes, one authorization at a time each. */
@@ -64,33 +56,23 @@ const REDIRECT_URI = 'https://rp.example/cb'
 const PEER_BASE_PATH = '/api/auth'
 const SCOPE = 'openid offline_access'
 if (!['EdDSA', 'RS256'].includes(ID_TOKEN_ALG)) throw new Error(`bench: BENCH_ID_TOKEN_ALG must be EdDSA or RS256, not ${ID_TOKEN_ALG}`)
-const limits = { RATE_LIMIT_LOGIN_PER_IP: '1000000000', RATE_LIMIT_REGISTER_PER_IP: '1000000000', RATE_LIMIT_MAIL_PER_IP: '1000000000', LOG_LEVEL }
 const form = { 'content-type': 'application/x-www-form-urlencoded' }
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
-const percent = (x: number) => `${(x * 100).toFixed(1)}%`
-const git = (...args: string[]) => execFileSync('git', args, { encoding: 'utf8' }).trim()
-const head = git('rev-parse', '--short', 'HEAD')
-const commit = git('status', '--porcelain', '--untracked-files=no') !== '' ? `${head} + uncommitted changes` : head
-const date = new Date().toISOString().slice(0, 10)
 const peerVersion = (JSON.parse(readFileSync('node_modules/@better-auth/oauth-provider/package.json', 'utf8')) as { version: string }).version
 /** npm start's node flags, for the peer too (the same heap settings); Node runs the peer's TypeScript itself, no loader. */
 const peerArgs = [...startArgs().filter((arg) => arg.startsWith('--')), 'bench/peers/better-auth.ts']
 
 // PostgreSQL: a throwaway cluster unless DATABASE_URL names one; every run gets a database of its own.
-const databases = benchDatabases(ENGINES, 'provider', 55498)
+const databases = benchDatabases(s.engines, 'provider', 55498)
 
-const seen = { serverCpus: new Set<string>(), loaderCpus: new Set<string>(), repeated: 0, disturbed: 0, maxOther: 0, maxSteal: 0, failures: [] as string[] }
-
-async function start(env: Record<string, string>, options: StartOptions = {}): Promise<BenchServer> {
-  await waitForQuiet()
-  const server = await startServer(env, { ...options, cpus: SERVER_CPUS })
-  if (Number.isNaN(server.readyMs)) {
-    server.child.kill('SIGKILL')
-    throw new Error(`bench: ${options.args ? options.args.join(' ') : 'the service'} did not answer /healthz`)
-  }
-  seen.serverCpus.add(server.cpus())
-  return server
-}
+const report = new Report('npm run bench:provider', s, [
+  `connections: ${CONNECTIONS} for every case`,
+  `one-shot cases: each code and refresh token sent once (the loader's bodies); codes minted just before the measurement through ${SIGNERS} signed-in sessions, refresh tokens from the code exchanges (the case's own, then more as needed); a warm-up batch of ${WARMUP_BODIES}, then a batch sized for ${s.seconds} s at the warm-up's rate`,
+  `reads: ${s.seconds} s measured after ${s.warmup} s of warm-up, rotating through ${READERS} users' tokens; the order own/OAuth alternates by round`,
+  `client: confidential, client_secret_basic, PKCE S256, consent skipped (Portcullis first_party, Better Auth skip_consent); scope "${SCOPE}": ID token (${ID_TOKEN_ALG}), opaque access token and refresh token on both sides`,
+  `Portcullis: node ${startArgs().join(' ')} (npm start's command), LOG_LEVEL=${BENCH_ENV.LOG_LEVEL}, the log to /dev/null; ${s.engines.join(' and ')}`,
+  `Better Auth: better-auth ${peerVersion} + jwt + @better-auth/oauth-provider ${peerVersion}: node ${peerArgs.join(' ')}, SQLite (better-sqlite3, WAL, synchronous=FULL), rate limit off`,
+  `${s.rounds} rounds, a fresh server (and PostgreSQL database) each run, order rotating`,
+])
 
 /** `fn` over `items`, `width` at a time, results in order. */
 async function pool<T, R>(items: readonly T[], width: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
@@ -163,20 +145,14 @@ async function mintAcross<S>(signers: readonly S[], n: number, one: (signer: S) 
 /** Portcullis, built (dist/server.js), with its client registered through the CLI and READERS users signed in through the pages. */
 async function portcullis(engine: string): Promise<Provider & { readers: { own: string[]; oauth: string[] } }> {
   const database = await databases.fresh(engine)
-  const env = { ...limits, ...database.env }
-  const server = await start(env)
+  await report.quiet()
+  const server = report.server(await startServer(database.env, { cpus: s.serverCpus }))
   try {
-    const port = new URL(server.base).port
     // The service's default PUBLIC_URL: its issuer, and the API's resource identifier.
-    const issuer = `http://localhost:${port}`
-    const api = `${server.base}/api/v1`
-    const readers = await seedReaders(api, READERS, PASSWORD)
-    const cli = execFileSync(process.execPath, ['bin/portcullis.mjs', 'clients', 'add', '--name', 'Bench', '--type', 'confidential', '--redirect-uri', REDIRECT_URI, '--first-party', '--id-token-alg', ID_TOKEN_ALG], {
-      env: { ...process.env, DATA_DIR: server.dataDir, PORT: port, REQUIRE_EMAIL_VERIFICATION: 'false', ...env },
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'ignore'],
-    })
-    const registered = JSON.parse(cli) as { client: { client_id: string }; client_secret: string }
+    const issuer = `http://localhost:${server.port}`
+    const readers = await seedReaders(server.api, READERS, PASSWORD)
+    const added = server.cli(['clients', 'add', '--name', 'Bench', '--type', 'confidential', '--redirect-uri', REDIRECT_URI, '--first-party', '--id-token-alg', ID_TOKEN_ALG])
+    const registered = JSON.parse(added) as { client: { client_id: string }; client_secret: string }
     const client = { client_id: registered.client.client_id, client_secret: registered.client_secret }
     const authorize = `${issuer}/oauth/authorize`
     const signers: OpBrowser[] = []
@@ -211,8 +187,8 @@ async function portcullis(engine: string): Promise<Provider & { readers: { own: 
       if (tokens.access_token?.split('.').length !== 3) throw new Error(`bench: the exchange with resource= gave no JWT access token: ${JSON.stringify(tokens)}`)
       return { browser, jwt: tokens.access_token }
     })
-    signers.push(...signedIn.slice(0, SIGNERS).map((s) => s.browser))
-    return { ...provider, readers: { own: readers.map((r) => r.access_token), oauth: signedIn.map((s) => s.jwt) } }
+    signers.push(...signedIn.slice(0, SIGNERS).map((x) => x.browser))
+    return { ...provider, readers: { own: readers.map((r) => r.access_token), oauth: signedIn.map((x) => x.jwt) } }
   } catch (error) {
     await server.stop()
     await database.drop()
@@ -222,11 +198,13 @@ async function portcullis(engine: string): Promise<Provider & { readers: { own: 
 
 /** Better Auth with its jwt and oauth-provider plugins (bench/peers/better-auth.ts), SIGNERS users signed up (and so signed in) over HTTP. */
 async function betterAuth(): Promise<Provider> {
-  const server = await start({ BETTER_AUTH_SECRET: randomBytes(32).toString('base64url'), BENCH_REDIRECT_URI: REDIRECT_URI, BENCH_ID_TOKEN_ALG: ID_TOKEN_ALG }, { args: peerArgs })
+  await report.quiet()
+  const peerEnv = { BETTER_AUTH_SECRET: randomBytes(32).toString('base64url'), BENCH_REDIRECT_URI: REDIRECT_URI, BENCH_ID_TOKEN_ALG: ID_TOKEN_ALG }
+  const server = report.server(await startServer(peerEnv, { args: peerArgs, cpus: s.serverCpus }))
   try {
     const client = JSON.parse(readFileSync(path.join(server.dataDir, 'client.json'), 'utf8')) as PeerClient
     const base = `${server.base}${PEER_BASE_PATH}`
-    const origin = `http://localhost:${new URL(server.base).port}`
+    const origin = `http://localhost:${server.port}`
     const tag = randomBytes(4).toString('hex')
     const cookies = await pool(Array.from({ length: SIGNERS }, (_, i) => i), 4, async (i) => {
       const response = await fetch(`${base}/sign-up/email`, { method: 'POST', headers: { 'content-type': 'application/json', origin }, body: JSON.stringify({ email: `bench-${tag}-${i}@example.com`, password: PASSWORD, name: 'Bench' }) })
@@ -256,48 +234,34 @@ async function betterAuth(): Promise<Provider> {
   }
 }
 
-function noteFailures(label: string, result: LoadResult): void {
-  seen.loaderCpus.add(result.loaderCpus)
-  if (result.non2xx || result.errors) seen.failures.push(`${label}: ${result.non2xx} non-2xx, ${result.errors} socket errors of ${result.ok + result.non2xx}`)
-}
-
-/** A measurement kept only if the machine was otherwise quiet during it (bench/quiet.ts); `prepare` runs before each attempt. */
-async function kept(label: string, provider: Provider, load: () => Promise<LoadResult>, prepare?: () => Promise<void>): Promise<LoadResult> {
-  const result = await undisturbed(label, provider.cpuMs, async () => {
-    const r = await load()
-    return { value: r, loaderCpuMs: r.loaderProcessCpuMs }
-  }, { prepare })
-  seen.maxOther = Math.max(seen.maxOther, result.other)
-  seen.maxSteal = Math.max(seen.maxSteal, result.steal)
-  if (result.attempts > 1) seen.repeated += result.attempts - 1
-  if (result.other > OTHER_MAX) seen.disturbed++
-  noteFailures(label, result.value)
-  const r = result.value
-  console.error(`bench: ${label}: ${r.rps} req/s, p50 ${r.p50.toFixed(2)} ms, p99 ${r.p99.toFixed(2)} ms, ${r.ok} 2xx, ${r.non2xx} non-2xx`)
-  return r
-}
-
 /**
  * A case whose every request uses up what it sends: a warm-up batch of WARMUP_BODIES, then the
- * measured batch, sized for SECONDS at the warm-up's rate and made just before it (again for each
- * attempt). With `collect`, the field of each answer is kept in the provider's spare refresh tokens.
+ * measured batch, sized for BENCH_SECONDS at the warm-up's rate and made just before it (again for
+ * each attempt, bench/lib/quiet.ts's `prepare`). With `collect`, the field of each answer is kept
+ * in the provider's spare refresh tokens.
  */
 async function oneShot(label: string, provider: Provider, bodiesFor: (n: number) => Promise<string[]>, collect?: string): Promise<LoadResult> {
   const load = async (bodies: string[]) => {
-    const { collected, ...result } = await loadInChild({ url: provider.tokenUrl, connections: CONNECTIONS, seconds: SECONDS, method: 'POST', headers: provider.headers, bodies, ...(collect ? { collect } : {}) }, LOADER_CPUS)
+    const { collected, ...result } = await loadInChild({ url: provider.tokenUrl, connections: CONNECTIONS, seconds: s.seconds, method: 'POST', headers: provider.headers, bodies, ...(collect ? { collect } : {}) }, s.loaderCpus)
     provider.spare.push(...(collected ?? []))
     return result
   }
-  const warm = await load(await bodiesFor(WARMUP_BODIES))
-  noteFailures(`${label} (warm-up)`, warm)
+  const warm = report.noteLoad(`${label} (warm-up)`, await load(await bodiesFor(WARMUP_BODIES)))
   // A quarter over: the warm-up is short enough for its ramp-up and tail to weigh on its rate.
-  const size = Math.max(CONNECTIONS * 2, Math.ceil(warm.rps * SECONDS * 1.25))
+  const size = Math.max(CONNECTIONS * 2, Math.ceil(warm.rps * s.seconds * 1.25))
   let bodies: string[] = []
-  return kept(label, provider, () => load(bodies), async () => {
+  const measured = async () => {
+    const r = await load(bodies)
+    return { value: r, loaderCpuMs: r.loaderProcessCpuMs }
+  }
+  const prepare = async () => {
     const began = performance.now()
     bodies = await bodiesFor(size)
     console.error(`bench: ${label}: a batch of ${bodies.length} made in ${((performance.now() - began) / 1000).toFixed(1)} s (warm-up ${warm.rps}/s)`)
-  })
+  }
+  const r = report.noteLoad(label, await report.kept(label, provider.cpuMs, measured, { prepare }))
+  console.error(`bench: ${label}: ${r.rps} req/s, p50 ${r.p50.toFixed(2)} ms, p99 ${r.p99.toFixed(2)} ms, ${r.ok} 2xx, ${r.non2xx} non-2xx`)
+  return r
 }
 
 const codeBodies = (provider: Provider) => async (n: number) => (await provider.mint(n)).map((minted) => exchangeBody(minted))
@@ -336,15 +300,12 @@ async function portcullisRun(engine: string, round: number): Promise<PortcullisR
   const provider = await portcullis(engine)
   try {
     const label = `${engine} Portcullis`
-    const reads = async (name: string, tokens: string[]) => {
-      const spec: LoadSpec = { url: `${provider.server.base}/api/v1/watchlists`, connections: CONNECTIONS, seconds: SECONDS, tokens }
-      if (WARMUP > 0) await loadInChild({ ...spec, seconds: WARMUP }, LOADER_CPUS)
-      return kept(`${label} GET /watchlists, ${name}`, provider, () => loadInChild(spec, LOADER_CPUS))
-    }
     // The reads first, while every token is fresh; their order alternates from round to round.
-    const order = round % 2 === 0 ? (['own', 'oauth'] as const) : (['oauth', 'own'] as const)
     const read: Partial<Record<'own' | 'oauth', LoadResult>> = {}
-    for (const kind of order) read[kind] = await reads(kind === 'own' ? "Portcullis's own token" : 'OAuth JWT', provider.readers[kind])
+    for (const kind of rotation(['own', 'oauth'] as const, round)) {
+      const name = kind === 'own' ? "Portcullis's own token" : 'OAuth JWT'
+      read[kind] = await report.load(`${label} GET /watchlists, ${name}`, provider.cpuMs, { url: `${provider.server.api}/watchlists`, connections: CONNECTIONS, tokens: provider.readers[kind] })
+    }
     return { ...(await grants(label, provider)), ownRead: read.own!, oauthRead: read.oauth! }
   } finally {
     await provider.stop()
@@ -360,13 +321,13 @@ async function betterAuthRun(): Promise<GrantRun> {
   }
 }
 
+/** Rounds of a fresh Better Auth (SQLite only) and a fresh Portcullis, in rotating order. */
 async function engineRun(engine: string) {
   const runs = { portcullis: [] as PortcullisRun[], betterAuth: [] as GrantRun[] }
   const slots = engine === 'sqlite' ? (['betterAuth', 'portcullis'] as const) : (['portcullis'] as const)
-  for (let round = 0; round < ROUNDS; round++) {
-    for (let i = 0; i < slots.length; i++) {
-      const slot = slots[(i + round) % slots.length]!
-      console.error(`bench: ${engine} round ${round + 1} of ${ROUNDS}: ${slot}`)
+  for (let round = 0; round < s.rounds; round++) {
+    for (const slot of rotation(slots, round)) {
+      console.error(`bench: ${engine} round ${round + 1} of ${s.rounds}: ${slot}`)
       if (slot === 'portcullis') runs.portcullis.push(await portcullisRun(engine, round))
       else runs.betterAuth.push(await betterAuthRun())
     }
@@ -374,60 +335,31 @@ async function engineRun(engine: string) {
   return { engine, ...runs }
 }
 
-type EngineResult = Awaited<ReturnType<typeof engineRun>>
-
-function rows(r: EngineResult): string[] {
-  const { engine, portcullis: ours, betterAuth: peer } = r
-  const stats = (results: LoadResult[]) => `${median(results.map((x) => x.rps))} | ${median(results.map((x) => x.p50)).toFixed(2)} | ${median(results.map((x) => x.p99)).toFixed(2)}`
-  const times = (x: number) => `x${x.toFixed(2)}`
-  const ratio = (values: number[]) => `${times(median(values))} (${times(Math.min(...values))}-${times(Math.max(...values))})`
-  const row = (...cells: string[]) => `| ${[...cells, date, commit].join(' | ')} |`
-  const out: string[] = []
-  const peerName = `Better Auth ${peerVersion}`
+/** The rows of one engine: case, engine, req/s | p50 | p99, ratio, goal. */
+function rows({ engine, portcullis: ours, betterAuth: peer }: Awaited<ReturnType<typeof engineRun>>): string[][] {
+  const out: string[][] = []
   for (const [name, pick, peerPath] of [
     ['code exchange: POST /oauth/token, authorization_code, each code once', (x: GrantRun) => x.exchange, 'POST /api/auth/oauth2/token, authorization_code'],
     ['refresh grant: POST /oauth/token, refresh_token, each token once', (x: GrantRun) => x.refresh, 'POST /api/auth/oauth2/token, refresh_token'],
   ] as const) {
     if (peer.length) {
       const ratios = ours.map((run, i) => pick(run).rps / pick(peer[i]!).rps)
-      out.push(row(`${peerName} oauth-provider: ${peerPath}`, engine, stats(peer.map(pick)), 'baseline', ''))
-      out.push(row(`Portcullis ${name}`, engine, stats(ours.map(pick)), `${ratio(ratios)} of Better Auth's req/s`, `ahead of Better Auth: ${median(ratios) > 1 ? 'met' : 'not met'}`))
+      out.push([`Better Auth ${peerVersion} oauth-provider: ${peerPath}`, engine, stats(peer.map(pick)), 'baseline', ''])
+      out.push([`Portcullis ${name}`, engine, stats(ours.map(pick)), `${range(ratios)} of Better Auth's req/s`, `ahead of Better Auth: ${met(median(ratios) > 1)}`])
     } else {
-      out.push(row(`Portcullis ${name}`, engine, stats(ours.map(pick)), '', 'Better Auth runs on SQLite only'))
+      out.push([`Portcullis ${name}`, engine, stats(ours.map(pick)), '', 'Better Auth runs on SQLite only'])
     }
   }
   const readRatios = ours.map((run) => run.oauthRead.rps / run.ownRead.rps)
-  out.push(row(`GET /api/v1/watchlists, Portcullis's own access token (${READERS} users)`, engine, stats(ours.map((x) => x.ownRead)), 'baseline', ''))
-  out.push(row(`GET /api/v1/watchlists, OAuth JWT access token (${READERS} users)`, engine, stats(ours.map((x) => x.oauthRead)), `${ratio(readRatios)} of own-token req/s`, `within 10% (>= x0.90): ${median(readRatios) >= 0.9 ? 'met' : 'not met'}`))
+  out.push([`GET /api/v1/watchlists, Portcullis's own access token (${READERS} users)`, engine, stats(ours.map((x) => x.ownRead)), 'baseline', ''])
+  out.push([`GET /api/v1/watchlists, OAuth JWT access token (${READERS} users)`, engine, stats(ours.map((x) => x.oauthRead)), `${range(readRatios)} of own-token req/s`, `within 10% (>= x0.90): ${met(median(readRatios) >= 0.9)}`])
   return out
 }
 
-const placement = (asked: string | undefined, role: string) => (asked ? `${role} pinned to core(s) ${asked}` : `${role} unpinned (cores ${allowedCpus()})`)
-console.log([
-  `npm run bench:provider, ${new Date().toISOString().slice(0, 16)}Z, ${commit}; Node ${process.version}, ${os.cpus()[0]?.model ?? 'unknown CPU'}, ${os.cpus().length} cores; load average ${os.loadavg()[0]!.toFixed(2)} at the start`,
-  `- loader: autocannon ${autocannonVersion} in a process of its own for every measurement (bench/load.ts), ${CONNECTIONS} connections for every case`,
-  `- one-shot cases: each code and refresh token sent once (the loader's bodies); codes minted just before the measurement through ${SIGNERS} signed-in sessions, refresh tokens from the code exchanges (the case's own, then more as needed); a warm-up batch of ${WARMUP_BODIES}, then a batch sized for ${SECONDS} s at the warm-up's rate`,
-  `- reads: ${SECONDS} s measured after ${WARMUP} s of warm-up, rotating through ${READERS} users' tokens; the order own/OAuth alternates by round`,
-  `- client: confidential, client_secret_basic, PKCE S256, consent skipped (Portcullis first_party, Better Auth skip_consent); scope "${SCOPE}": ID token (${ID_TOKEN_ALG}), opaque access token and refresh token on both sides`,
-  `- Portcullis: node ${startArgs().join(' ')} (npm start's command), LOG_LEVEL=${LOG_LEVEL}, the log to /dev/null; ${ENGINES.join(' and ')}`,
-  `- Better Auth: better-auth ${peerVersion} + jwt + @better-auth/oauth-provider ${peerVersion}: node ${peerArgs.join(' ')}, SQLite (better-sqlite3, WAL, synchronous=FULL), rate limit off`,
-  `- cores: ${placement(SERVER_CPUS, 'server')}, ${placement(LOADER_CPUS, 'loader')}; ${ROUNDS} rounds, a fresh server (and PostgreSQL database) each run, order rotating`,
-  '',
-].join('\n'))
-
-const began = performance.now()
-const results: EngineResult[] = []
+const results = []
 try {
-  for (const engine of ENGINES) results.push(await engineRun(engine))
+  for (const engine of s.engines) results.push(await engineRun(engine))
 } finally {
   databases.stop()
 }
-console.log([
-  `- observed: server cores ${[...seen.serverCpus].join(', ')}; loader cores ${[...seen.loaderCpus].join(', ')}; other processes at most ${percent(Math.max(0, seen.maxOther))} of a core during a kept measurement (${seen.repeated} measured again, ${seen.disturbed} kept over ${percent(OTHER_MAX)}); steal at most ${percent(seen.maxSteal)}`,
-  `- failed requests: ${seen.failures.length ? seen.failures.join('; ') : 'none'}`,
-  `- the whole run took ${((performance.now() - began) / 60_000).toFixed(1)} minutes, the waits for a quiet machine included`,
-  '',
-  '| case | engine | req/s | p50 ms | p99 ms | ratio | goal (issue 31) | date | commit |',
-  '|---|---|---|---|---|---|---|---|---|',
-  ...results.flatMap(rows),
-].join('\n'))
+report.print(['case', 'engine', 'req/s', 'p50 ms', 'p99 ms', 'ratio', 'goal (issue 31)'], results.flatMap(rows))

@@ -1,6 +1,6 @@
 // The scale benchmark (issue 26, item 4): the built service on a database seeded in bulk with a
 // thousand users and with a million (per user 2 sessions, 1 watchlist, 5 audit events;
-// bench/scale-seed.ts), on SQLite and on PostgreSQL, in one run. For each it reports start-up
+// bench/lib/bulk-seed.ts), on SQLite and on PostgreSQL, in one run. For each it reports start-up
 // time, RSS, p50/p99 and req/s of login, refresh, a bearer read, a watchlist write, the admin
 // searches, and the p99 of /healthz probes sent while each admin query runs in a loop; then one
 // Markdown table with the ratio of the largest population to the smallest beside the goals.
@@ -9,21 +9,25 @@
 // Environment: BENCH_SCALE_USERS (default 1000,1000000), BENCH_SCALE_ENGINES (sqlite,postgres),
 // BENCH_SCALE_SECONDS (10, each measured case), BENCH_SCALE_WARMUP (2), BENCH_SCALE_CONNECTIONS
 // (16; login always 8, admin queries one at a time), BENCH_SCALE_PROBE_MS (50, the /healthz
-// probes' spacing), BENCH_SCALE_BUILD (the tree to run; bench/scale-server.ts), BENCH_SCALE_DIR
+// probes' spacing), BENCH_SCALE_BUILD (another built tree to run, its dist/, package.json and bin/,
+// for instance one made with `git archive COMMIT | tar -x -C DIR`, node_modules linked, `npm run
+// build` there: a before-and-after without touching this checkout), BENCH_SCALE_DIR
 // (/tmp/portcullis-scale), BENCH_SCALE_PG_PORT (55488). BENCH_SCALE_KEEP=1 keeps the seeded
 // databases (and the PostgreSQL cluster, stopped) for a later BENCH_SCALE_REUSE=1 run, which uses
 // them instead of seeding again (migrating them first if the build brings new migrations).
+// The service, its CLI and the loads are bench/lib's (server.ts, load.ts), with its environment
+// (per-address limits lifted, LOG_LEVEL).
 import { execFileSync, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg } from 'node:os'
 import path from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
 import {
   canLogIn, emailOf, localOf, PASSWORD, pgBytes, pgCleanup, pgCount, pgTopUp, RARE_TYPE, spreadUsers,
   sqliteBytes, sqliteCleanup, sqliteCount, sqliteTopUp, withPg, WRITE_NAME, type Prunable,
-} from './scale-seed.ts'
-import { loadInChild, trickle, type LoadResult, type LoadSpec } from './scale-load.ts'
-import { BUILD, cli, freePort, startService, type Service } from './scale-server.ts'
+} from './lib/bulk-seed.ts'
+import { autocannonVersion, loadInChild, loadUntilStopped, trickle, type LoadResult, type LoadSpec } from './lib/load.ts'
+import { mb, pause, times } from './lib/report.ts'
+import { BENCH_ENV, cli, freePort, startServer, type BenchServer } from './lib/server.ts'
 
 type Engine = 'sqlite' | 'postgres'
 const USERS = (process.env.BENCH_SCALE_USERS ?? '1000,1000000').split(',').map(Number).sort((a, b) => a - b)
@@ -36,6 +40,8 @@ const ROOT = process.env.BENCH_SCALE_DIR ?? '/tmp/portcullis-scale'
 const PG_PORT = Number(process.env.BENCH_SCALE_PG_PORT ?? 55488)
 const KEEP = Boolean(process.env.BENCH_SCALE_KEEP)
 const REUSE = Boolean(process.env.BENCH_SCALE_REUSE)
+/** The tree whose build is measured: this checkout, or another built one. */
+const BUILD = path.resolve(process.env.BENCH_SCALE_BUILD ?? '.')
 /** Users whose tokens the bearer reads and refreshes rotate through. */
 const READERS = 100
 /** Users the watchlist writes rotate through: each may hold 100 lists, so this many bounds the writes a run can make. */
@@ -56,7 +62,6 @@ if (USERS.some((n) => !Number.isInteger(n) || n < 100)) throw new Error('BENCH_S
 if (!existsSync(path.join(BUILD, 'dist/server.js'))) throw new Error(`no dist/server.js in ${BUILD}: run npm run build there first`)
 
 const log = (line: string) => process.stderr.write(`${line}\n`)
-const mb = (bytes: number) => Math.round(bytes / 1024 / 1024)
 const label = (n: number) => (n >= 1e6 && n % 1e6 === 0 ? `${n / 1e6}M` : n >= 1000 && n % 1000 === 0 ? `${n / 1000}k` : String(n))
 const retentionBuilt = () => readFileSync(path.join(BUILD, 'dist/server.js'), 'utf8').includes('RETENTION_INTERVAL_SECONDS')
 
@@ -132,13 +137,13 @@ async function prepareSeed(engine: Engine, users: number): Promise<Seed> {
     env.DATABASE_URL = pgUrl(users)
   }
   log(`${engine} ${label(users)}: migrating, then seeding`)
-  cli(['migrate'], env)
+  cli(['migrate'], env, BUILD)
   const began = performance.now()
   // In a process of its own: the seed's arrays would otherwise stay in this one's heap, beside the probes it times.
-  const seeding = spawnSync(process.execPath, ['--import', 'tsx', 'bench/scale-seed.ts', engine, engine === 'sqlite' ? dir : env.DATABASE_URL!, String(users)], { stdio: ['ignore', 'inherit', 'inherit'] })
+  const seeding = spawnSync(process.execPath, ['--import', 'tsx', 'bench/lib/bulk-seed.ts', engine, engine === 'sqlite' ? dir : env.DATABASE_URL!, String(users)], { stdio: ['ignore', 'inherit', 'inherit'] })
   if (seeding.status !== 0) throw new Error(`seeding ${engine} ${users} failed`)
   const seedSeconds = (performance.now() - began) / 1000
-  const apiKey = cli(['api-keys', 'create', '--name', 'scale-bench', '--scopes', 'users:read,users:write,audit:read'], env)
+  const apiKey = cli(['api-keys', 'create', '--name', 'scale-bench', '--scopes', 'users:read,users:write,audit:read'], env, BUILD)
   const prunable = engine === 'sqlite' ? sqliteCount(dir) : await pgCount(env.DATABASE_URL!)
   const seed: Seed = { engine, users, env, apiKey, seededAt: new Date().toISOString(), seedSeconds, prunable }
   writeFileSync(metaFile(engine, users), JSON.stringify(seed, null, 2))
@@ -199,15 +204,24 @@ interface Measured {
 /** One seeded database with its service running, and what has been measured on it so far. */
 interface Running {
   seed: Seed
+  /** Fixed for the run: tokens name the service's URL, port included, so every restart is on it. */
   port: number
-  service: Service
+  service: BenchServer
   readers: Tokens[]
   writers: Tokens[]
   logins: number[]
   measured: Partial<Measured> & { cases: Record<string, LoadResult>; healthDuring: Measured['healthDuring']; matches: Record<string, number>; loads: number[] }
 }
 
-const bearer = (list: Tokens[]) => list.map((t) => ({ authorization: `Bearer ${t.access_token}` }))
+const access = (list: Tokens[]) => list.map((t) => t.access_token)
+
+/**
+ * The service on a seed's database and data directory (given, so never removed), on the run's
+ * port, with no drain on stop (nothing is in flight when the bench stops it). A million users'
+ * first start after seeding or migrating may take minutes.
+ */
+const start = (env: Record<string, string>, port: number) =>
+  startServer(env, { dataDir: env.DATA_DIR, port, tree: BUILD, readyTimeoutMs: 600_000 })
 
 function note(run: Running, what: string) {
   run.measured.loads.push(loadavg()[0]!)
@@ -216,7 +230,7 @@ function note(run: Running, what: string) {
 
 async function timedLoad(run: Running, name: string, spec: Omit<LoadSpec, 'seconds' | 'warmupSeconds'>): Promise<LoadResult> {
   note(run, name)
-  const result = await loadInChild({ seconds: SECONDS, warmupSeconds: WARMUP, ...spec }).result
+  const result = await loadInChild({ seconds: SECONDS, warmupSeconds: WARMUP, ...spec })
   if (result.non2xx || result.errors) log(`    ${name}: ${result.non2xx} non-2xx, ${result.errors} errors: ${JSON.stringify(result.statuses)}`)
   return result
 }
@@ -224,19 +238,19 @@ async function timedLoad(run: Running, name: string, spec: Omit<LoadSpec, 'secon
 /** Migrates (the build may bring migrations), starts once (keys, secrets), then the timed start; logs in the users the cases rotate through. */
 async function bringUp(seed: Seed): Promise<Running> {
   const { env, users } = seed
-  const run: Running = { seed, port: await freePort(), service: undefined as unknown as Service, readers: [], writers: [], logins: [], measured: { seed, cases: {}, healthDuring: {}, matches: {}, loads: [] } }
+  const run: Running = { seed, port: await freePort(), service: undefined as unknown as BenchServer, readers: [], writers: [], logins: [], measured: { seed, cases: {}, healthDuring: {}, matches: {}, loads: [] } }
   note(run, 'migrate, first start, timed start')
   const began = performance.now()
-  run.measured.migrate = cli(['migrate'], env)
+  run.measured.migrate = cli(['migrate'], env, BUILD)
   run.measured.migrateMs = performance.now() - began
-  const first = await startService(env, run.port)
+  const first = await start(env, run.port)
   run.measured.firstStartMs = first.readyMs
   await first.stop()
-  run.service = await startService(env, run.port)
+  run.service = await start(env, run.port)
   run.measured.startMs = run.service.readyMs
-  await sleep(2000)
+  await pause(2000)
   run.measured.rssIdle = run.service.rss()
-  const tokens = await logIn(`${run.service.base}/api/v1`, spreadUsers(users, READERS + WRITERS))
+  const tokens = await logIn(run.service.api, spreadUsers(users, READERS + WRITERS))
   run.readers = tokens.filter((_, k) => k % 5 === 0)
   run.writers = tokens.filter((_, k) => k % 5 !== 0)
   run.logins = spreadUsers(users, LOGIN_USERS).filter(canLogIn)
@@ -249,17 +263,18 @@ interface Case {
 }
 
 function cases(): Case[] {
-  const api = (run: Running) => `${run.service.base}/api/v1`
+  const api = (run: Running) => run.service.api
   const admin = (run: Running) => ({ authorization: `Bearer ${run.seed.apiKey}` })
   return [
-    { key: 'login', spec: (run) => ({ url: `${api(run)}/auth/login`, method: 'POST', connections: LOGIN_CONNECTIONS, rotateBodies: run.logins.map((i) => JSON.stringify({ email: emailOf(i), password: PASSWORD })) }) },
-    { key: 'refresh', spec: (run) => ({ url: `${api(run)}/auth/refresh`, method: 'POST', connections: CONNECTIONS, rotateBodies: run.readers.map((t) => JSON.stringify({ refresh_token: t.refresh_token })) }) },
-    { key: 'read', spec: (run) => ({ url: `${api(run)}/watchlists`, connections: CONNECTIONS, rotateHeaders: bearer(run.readers) }) },
-    // Each writer holds its seeded list; 20 + 75 more each stays under the limit of 100 with the requests in flight at the cap.
+    { key: 'login', spec: (run) => ({ url: `${api(run)}/auth/login`, method: 'POST', connections: LOGIN_CONNECTIONS, bodiesInTurn: run.logins.map((i) => JSON.stringify({ email: emailOf(i), password: PASSWORD })) }) },
+    { key: 'refresh', spec: (run) => ({ url: `${api(run)}/auth/refresh`, method: 'POST', connections: CONNECTIONS, bodiesInTurn: run.readers.map((t) => JSON.stringify({ refresh_token: t.refresh_token })) }) },
+    { key: 'read', spec: (run) => ({ url: `${api(run)}/watchlists`, connections: CONNECTIONS, tokens: access(run.readers) }) },
+    // Each writer holds its seeded list; 20 + 75 more each stays under the limit of 100 with the requests in flight at the cap
+    // (every connection goes through all the writers, each from its own starting point, so each writer gets about its share).
     {
       key: 'write',
       spec: (run) => ({
-        url: `${api(run)}/watchlists`, method: 'POST', connections: CONNECTIONS, rotateHeaders: bearer(run.writers),
+        url: `${api(run)}/watchlists`, method: 'POST', connections: CONNECTIONS, tokens: access(run.writers),
         body: JSON.stringify({ name: WRITE_NAME, symbols: ['AAPL', 'MSFT', 'NVDA'] }), maxWarmupResponses: run.writers.length * 20, maxResponses: run.writers.length * 75,
       }),
     },
@@ -281,7 +296,7 @@ async function measureEngine(seeds: Seed[]): Promise<Measured[]> {
     for (const seed of seeds) runs.push(await bringUp(seed))
     for (const run of runs) {
       for (const { name, path: route } of adminCases(run.seed.users)) {
-        const body = (await (await fetch(`${run.service.base}/api/v1${route}`, { headers: { authorization: `Bearer ${run.seed.apiKey}` } })).json()) as { data?: { users?: unknown[]; events?: unknown[] } }
+        const body = (await (await fetch(`${run.service.api}${route}`, { headers: { authorization: `Bearer ${run.seed.apiKey}` } })).json()) as { data?: { users?: unknown[]; events?: unknown[] } }
         run.measured.matches[name] = (body.data?.users ?? body.data?.events ?? []).length
       }
     }
@@ -297,7 +312,7 @@ async function measureEngine(seeds: Seed[]): Promise<Measured[]> {
       for (const run of inTurn(runs, k++)) {
         note(run, `/healthz during ${name}`)
         // The loop's first query (a cold one, perhaps) runs before the probes start.
-        const loop = loadInChild({ url: `${run.service.base}/api/v1${adminCases(run.seed.users)[n]!.path}`, headers: { authorization: `Bearer ${run.seed.apiKey}` }, connections: 1, seconds: 0, sequential: { minRequests: 1 }, untilStopped: true })
+        const loop = loadUntilStopped({ url: `${run.service.api}${adminCases(run.seed.users)[n]!.path}`, headers: { authorization: `Bearer ${run.seed.apiKey}` } })
         await loop.started
         // The loop stops when the last probe is sent, not when the last one is answered: a
         // starved probe must not keep the load going past the window it measures.
@@ -331,14 +346,14 @@ async function retention(run: Running): Promise<Measured['retention']> {
   const added = engine === 'sqlite' ? sqliteTopUp(env.DATA_DIR!, run.seed.prunable) : await pgTopUp(env.DATABASE_URL!, run.seed.prunable)
   const before = await count()
   log(`  ${engine} ${label(run.seed.users)}: prunable rows put back ${JSON.stringify(added)}, now ${JSON.stringify(before)}`)
-  run.service = await startService({ ...env, RETENTION_INTERVAL_SECONDS: '2' }, run.port)
-  const reads = { url: `${run.service.base}/api/v1/watchlists`, connections: CONNECTIONS, rotateHeaders: bearer(run.readers) }
+  run.service = await start({ ...env, RETENTION_INTERVAL_SECONDS: '2' }, run.port)
+  const reads = { url: `${run.service.api}/watchlists`, connections: CONNECTIONS, tokens: access(run.readers) }
   const during = await timedLoad(run, 'GET /watchlists, retention every 2 s', reads)
   const mid = await count()
   const prunedDuring = { sessions: before.sessions - mid.sessions, tokens: before.tokens - mid.tokens, events: before.events - mid.events }
   let left = mid
   for (let waited = 0; waited < 120; waited += 5) {
-    await sleep(5000)
+    await pause(5000)
     const now = await count()
     const unchanged = now.sessions === left.sessions && now.tokens === left.tokens && now.events === left.events
     left = now
@@ -351,10 +366,9 @@ async function retention(run: Running): Promise<Measured['retention']> {
 
 // ----------------------------------------------------------------------------------------- table
 
-// A NaN (no 2xx response to take a time from) comes back from the loader's JSON as null.
-const ms = (value: number | null) => (value === null || Number.isNaN(value) ? '-' : value < 10 ? value.toFixed(2) : value < 100 ? value.toFixed(1) : Math.round(value).toString())
+// A NaN: no 2xx response to take a time from.
+const ms = (value: number) => (Number.isNaN(value) ? '-' : value < 10 ? value.toFixed(2) : value < 100 ? value.toFixed(1) : Math.round(value).toString())
 const perSecond = (value: number) => (value < 10 ? value.toFixed(1) : Math.round(value).toLocaleString('en-US'))
-const times = (ratio: number) => (Number.isFinite(ratio) ? `x${ratio.toFixed(2)}` : '-')
 const failures = (r: LoadResult) => (r.non2xx || r.errors ? ` (${r.non2xx} non-2xx, ${r.errors} errors)` : '')
 const latency = (r: LoadResult) => `${ms(r.p50)} / ${ms(r.p99)} ms, ${perSecond(r.rps)}/s${r.ok < 100 ? ` (n=${r.ok})` : ''}${failures(r)}`
 const latencyRatio = (small: LoadResult, large: LoadResult) => `${times(large.p50 / small.p50)} / ${times(large.p99 / small.p99)}, req/s ${times(large.rps / small.rps)}`
@@ -432,9 +446,9 @@ function setup(): string {
     `scale benchmark, ${new Date().toISOString()}`,
     `- build: commit ${commit}; dist/server.js built ${statSync(path.join(BUILD, 'dist/server.js')).mtime.toISOString()}`,
     `- node ${process.version}, ${cpus().length} cores, load average at start ${loadavg().map((l) => l.toFixed(2)).join(' ')}`,
-    `- the service: \`npm start\`'s node arguments on dist/server.js, a process of its own, LOG_LEVEL default (info) to /dev/null; login and register limits lifted; PostgreSQL: scripts/pg-throwaway.sh's cluster (fsync=off), pool of 10`,
-    `- loader: autocannon ${JSON.parse(readFileSync('node_modules/autocannon/package.json', 'utf8')).version} in a child process (bench/scale-load.ts), ${WARMUP} s warm-up then ${SECONDS} s measured per case; p50/p99 from each 2xx response's own time`,
-    `- connections: login ${LOGIN_CONNECTIONS} (rotating over ${LOGIN_USERS} seeded users), refresh / bearer read ${CONNECTIONS} (rotating over ${READERS} users' tokens), write ${CONNECTIONS} (over ${WRITERS} users); admin queries one at a time with an API key, for ${SECONDS} s and at least 3 queries`,
+    `- the service: \`npm start\`'s node arguments on dist/server.js, a process of its own (bench/lib/server.ts), LOG_LEVEL=${BENCH_ENV.LOG_LEVEL}${process.env.LOG_LEVEL ? '' : ' (the default)'} to /dev/null; per-address limits lifted; PostgreSQL: scripts/pg-throwaway.sh's cluster (fsync=off), pool of 10`,
+    `- loader: autocannon ${autocannonVersion} in a child process (bench/lib/load.ts), ${WARMUP} s warm-up then ${SECONDS} s measured per case; p50/p99 from each 2xx response's own time`,
+    `- connections: login ${LOGIN_CONNECTIONS} (rotating over ${LOGIN_USERS} seeded users), refresh / bearer read ${CONNECTIONS} (rotating over ${READERS} users' tokens), write ${CONNECTIONS} (over ${WRITERS} users), each connection through all of them from its own starting point; admin queries one at a time with an API key, for ${SECONDS} s and at least 3 queries`,
     `- /healthz probes: one every ${PROBE_INTERVAL_MS} ms for ${SECONDS} s, open loop (a stall delays every probe sent during it), from this process while a child loops one admin query`,
   ].join('\n')
 }

@@ -47,7 +47,8 @@ export function logDestination(): DestinationStream {
  * The logger of the line each request writes when it ends: its id, method, path without the
  * query, status and time, all plain values the service fills in itself, so there is nothing in it
  * for the redaction paths to find. Run through them anyway, the wildcard paths (`*.password`...)
- * cost about 10 us a line, most of what the line cost (`npx tsx bench/log-line.ts`: 14 against 4);
+ * cost about 10 us a line, most of what the line cost (the microbenchmark bench/log-line.ts, retired
+ * with the bench's other one-off probes: `git show 4d3a11a:bench/log-line.ts`; 14 against 4);
  * every other line still goes through them. Same level, same stream as the main logger.
  */
 export function requestLineLogger(level: string, stream: DestinationStream | Writable): pino.Logger {

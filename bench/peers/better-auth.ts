@@ -1,6 +1,6 @@
 // The peer of bench/provider.ts: Better Auth 1.7.5 with its `jwt` and `oauthProvider` plugins on
 // SQLite (better-sqlite3, in WAL mode with synchronous=FULL, as Portcullis runs it), as a process
-// of its own, started by bench/server.ts's startServer like the service. It runs on plain node
+// of its own, started by bench/lib/server.ts's startServer like the service. It runs on plain node
 // (Node 24 strips the types itself): no loader beside it, as none runs beside dist/server.js. It
 // registers one confidential client (client_secret_basic, PKCE, consent skipped: the plugin's
 // trusted first-party client) and writes it to $DATA_DIR/client.json; the bench signs its users up

@@ -1,6 +1,6 @@
 // The benches' databases: PostgreSQL from DATABASE_URL (its user must be able to create databases)
 // or a throwaway cluster started here (scripts/pg-throwaway.sh), a database of its own for every
-// run, and the database server's CPU time for the quiet-machine checks (bench/quiet.ts).
+// run, and the database server's CPU time for the quiet-machine checks (bench/lib/quiet.ts).
 import { spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync } from 'node:fs'
 import os from 'node:os'

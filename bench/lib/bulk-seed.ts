@@ -5,16 +5,16 @@
 // follow the same rules (the constants below): what the benchmark must know without asking the
 // database (each user's address, whether it can log in) is a formula of the user's number i; times
 // and ids are random. Secondary indexes are dropped for the load and rebuilt from their own DDL.
-//   npx tsx bench/scale-seed.ts sqlite DATA_DIR USERS     (after `portcullis migrate` on that DATA_DIR)
-//   npx tsx bench/scale-seed.ts postgres DATABASE_URL USERS
+//   npx tsx bench/lib/bulk-seed.ts sqlite DATA_DIR USERS     (after `portcullis migrate` on that DATA_DIR)
+//   npx tsx bench/lib/bulk-seed.ts postgres DATABASE_URL USERS
 import { randomBytes, randomUUID } from 'node:crypto'
 import { existsSync, statSync } from 'node:fs'
 import path from 'node:path'
 import { hash } from '@node-rs/argon2'
 import SQLite from 'better-sqlite3'
 import pg from 'pg'
-import { ARGON2ID, OWASP_ARGON2_PARAMS } from '../src/auth/passwords.ts'
-import { timeOrderedUuid } from '../src/text.ts'
+import { ARGON2ID, OWASP_ARGON2_PARAMS } from '../../src/auth/passwords.ts'
+import { timeOrderedUuid } from '../../src/text.ts'
 
 /** Every seeded user's password. */
 export const PASSWORD = 'a scale benchmark passphrase'
@@ -417,7 +417,7 @@ const isEntry = process.argv[1] && import.meta.url.endsWith(process.argv[1].repl
 if (isEntry) {
   const [engine, target, users] = process.argv.slice(2)
   if (!engine || !target || !users || !['sqlite', 'postgres'].includes(engine)) {
-    process.stderr.write('usage: tsx bench/scale-seed.ts sqlite DATA_DIR USERS | postgres DATABASE_URL USERS (on a migrated, empty database)\n')
+    process.stderr.write('usage: tsx bench/lib/bulk-seed.ts sqlite DATA_DIR USERS | postgres DATABASE_URL USERS (on a migrated, empty database)\n')
     process.exitCode = 2
   } else {
     const began = performance.now()

@@ -7,13 +7,13 @@
 // second step can be set beside a bearer read made at the same moment and concurrency.
 // TOTP codes are computed with node:crypto (RFC 6238), not with the service's library; each user's
 // factor takes a 30-second step once, so a worker picks a user whose next step is still open.
-//   echo '{"flow":"mfa","api":"http://127.0.0.1:3000/api/v1","origin":"http://localhost:3000","workers":8,"seconds":10}' | node --import tsx bench/flows.ts
+//   echo '{"flow":"mfa","api":"http://127.0.0.1:3000/api/v1","origin":"http://localhost:3000","workers":8,"seconds":10}' | node --import tsx bench/lib/flows.ts
 import { createHmac } from 'node:crypto'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { inChild } from './load.ts'
-import { SoftAuthenticator, type CreationOptionsJSON, type RequestOptionsJSON } from '../test/helpers/webauthn.ts'
+import { SoftAuthenticator, type CreationOptionsJSON, type RequestOptionsJSON } from '../../test/helpers/webauthn.ts'
 
 export interface FlowSpec {
   flow: 'mfa' | 'passkey'
@@ -90,12 +90,12 @@ async function verifyAddress(api: string, email: string, outbox: string): Promis
       const token = text.includes(`To: ${email}`) ? /^([A-Za-z0-9_-]{43})\r?$/m.exec(text)?.[1] : undefined
       if (!token) continue
       const verified = await post(`${api}/auth/verify-email`, { token })
-      if (verified.status !== 200) throw new Error(`bench/flows.ts: verify-email failed: ${JSON.stringify(verified.body)}`)
+      if (verified.status !== 200) throw new Error(`bench/lib/flows.ts: verify-email failed: ${JSON.stringify(verified.body)}`)
       return
     }
     await new Promise((resolve) => setTimeout(resolve, 50))
   }
-  throw new Error(`bench/flows.ts: no verification mail for ${email} in ${outbox}`)
+  throw new Error(`bench/lib/flows.ts: no verification mail for ${email} in ${outbox}`)
 }
 
 async function signedInUser(api: string, tag: string, outbox: string): Promise<{ email: string; access: string }> {
@@ -103,7 +103,7 @@ async function signedInUser(api: string, tag: string, outbox: string): Promise<{
   await post(`${api}/auth/register`, { email, password: PASSWORD, full_name: 'Bench' })
   await verifyAddress(api, email, outbox)
   const login = await post(`${api}/auth/login`, { email, password: PASSWORD })
-  if (login.status !== 200) throw new Error(`bench/flows.ts: login failed: ${JSON.stringify(login.body)}`)
+  if (login.status !== 200) throw new Error(`bench/lib/flows.ts: login failed: ${JSON.stringify(login.body)}`)
   return { email, access: login.body.data.access_token }
 }
 
@@ -118,7 +118,7 @@ async function mfaWorker(api: string, outbox: string): Promise<SignIn> {
     // The current step: should a step boundary pass before the server checks it, it is still one step off, which is accepted.
     const step = stepNow()
     const confirmed = await post(`${api}/auth/mfa/totp/${enrolment.factor_id}/confirm`, { code: totpAt(enrolment.secret, step) }, access)
-    if (confirmed.status !== 200) throw new Error(`bench/flows.ts: confirm failed: ${JSON.stringify(confirmed.body)}`)
+    if (confirmed.status !== 200) throw new Error(`bench/lib/flows.ts: confirm failed: ${JSON.stringify(confirmed.body)}`)
     users.push({ email, secret: enrolment.secret, last: step })
   }
   return async () => {
@@ -148,7 +148,7 @@ async function passkeyWorker(api: string, origin: string, outbox: string): Promi
   const device = new SoftAuthenticator()
   const options = (await post(`${api}/auth/passkeys/register/options`, undefined, access)).body.data.options as CreationOptionsJSON
   const registered = await post(`${api}/auth/passkeys/register`, { credential: device.register(options, { origin }) }, access)
-  if (registered.status !== 201) throw new Error(`bench/flows.ts: passkey registration failed: ${JSON.stringify(registered.body)}`)
+  if (registered.status !== 201) throw new Error(`bench/lib/flows.ts: passkey registration failed: ${JSON.stringify(registered.body)}`)
   return async () => {
     const startedAt = performance.now()
     const started = (await post(`${api}/auth/passkeys/login/options`, undefined)).body.data as { challenge_id: string; options: RequestOptionsJSON }
@@ -183,7 +183,7 @@ export async function runFlow(spec: FlowSpec): Promise<FlowResult> {
         }
       } catch (error) {
         if (counted) failed++
-        process.stderr.write(`bench/flows.ts: ${(error as Error).message}\n`)
+        process.stderr.write(`bench/lib/flows.ts: ${(error as Error).message}\n`)
       }
     }
   }
@@ -205,7 +205,7 @@ export async function runFlow(spec: FlowSpec): Promise<FlowResult> {
 
 /** The flow from a process of its own (this file). */
 export function flowInChild(spec: FlowSpec, cpus?: string): Promise<FlowResult & { loaderProcessCpuMs: number }> {
-  return inChild(import.meta.url, spec, cpus)
+  return inChild<FlowResult & { loaderProcessCpuMs: number }>(import.meta.url, spec, cpus).result
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
