@@ -73,10 +73,5 @@ async function engineRun(engine: string) {
   ]
 }
 
-const rows: string[][] = []
-try {
-  for (const engine of s.engines) rows.push(...(await engineRun(engine)))
-} finally {
-  databases.stop()
-}
+const rows = (await report.eachEngine(databases, engineRun)).flat()
 report.print(['case', 'engine', 'median latency, with / without an account', 'median ratio', 'p90 ratio', 'server CPU behind the answer, with / without'], rows)

@@ -102,15 +102,13 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     `the flood: ${FLOOD_CONNECTIONS} connections of POST /auth/login for one account beside ${READ_CONNECTIONS} connections of GET /auth/me rotating through ${READERS} users' tokens, ${s.seconds} s, ${s.rounds} rounds on one fresh server${s.engines.includes('postgres') ? ' (and PostgreSQL database)' : ''} per engine`,
   ])
   const databases = benchDatabases(s.engines, 'flood', 55496)
-  const rows: string[][] = []
-  try {
-    for (const engine of s.engines) {
-      const r = await floodRuns(report, databases, engine, true)
-      rows.push(...floodRows(engine, r, s.seconds), ['RSS: peak in the floods', engine, `${floodMemory(r)} | | `, '', 'information'])
-      if (r.inside) rows.push(['the peak, from inside the server', engine, `${peakParts(r.inside)} | | `, '', 'information'])
-    }
-  } finally {
-    databases.stop()
-  }
-  report.print(['case', 'engine', 'req/s', 'p50 ms', 'p99 ms', 'vs alone', 'target'], rows)
+  const rows = await report.eachEngine(databases, async (engine) => {
+    const r = await floodRuns(report, databases, engine, true)
+    return [
+      ...floodRows(engine, r, s.seconds),
+      ['RSS: peak in the floods', engine, `${floodMemory(r)} | | `, '', 'information'],
+      ['the peak, from inside the server', engine, `${peakParts(r.inside!)} | | `, '', 'information'],
+    ]
+  })
+  report.print(['case', 'engine', 'req/s', 'p50 ms', 'p99 ms', 'vs alone', 'target'], rows.flat())
 }

@@ -356,10 +356,5 @@ function rows({ engine, portcullis: ours, betterAuth: peer }: Awaited<ReturnType
   return out
 }
 
-const results = []
-try {
-  for (const engine of s.engines) results.push(await engineRun(engine))
-} finally {
-  databases.stop()
-}
+const results = await report.eachEngine(databases, engineRun)
 report.print(['case', 'engine', 'req/s', 'p50 ms', 'p99 ms', 'ratio', 'goal (issue 31)'], results.flatMap(rows))

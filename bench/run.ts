@@ -183,13 +183,7 @@ function rows(r: Awaited<ReturnType<typeof engineRun>>): string[][] {
   return out
 }
 
-const results = []
-try {
-  for (const engine of s.engines) results.push(await engineRun(engine))
-} finally {
-  databases.stop()
-  previous?.remove()
-}
+const results = await report.eachEngine(databases, engineRun).finally(() => previous?.remove())
 report.print(
   ['case', 'engine', 'req/s', 'p50 ms', 'p99 ms', 'vs bare Fastify', `vs ${previous ? `previous (${previous.commit})` : 'previous (not run)'}`, 'target (issue 10)'],
   results.flatMap(rows),

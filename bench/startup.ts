@@ -19,28 +19,23 @@ const report = new Report('npm run bench:startup', s, [
 ], 'none (a start is timed to the first 200 from /healthz, polled every 5 ms)')
 const databases = benchDatabases(s.engines, 'startup', 55494)
 
-const rows: string[][] = []
-try {
-  for (const engine of s.engines) {
-    await report.quiet()
-    const database = await databases.fresh(engine)
-    const first = await startServer(database.env, { args: watched })
-    await first.stop({ keepData: true })
-    const starts: number[] = []
-    let imported = false
-    try {
-      for (let i = 0; i < STARTS; i++) {
-        const server = report.server(await startServer(database.env, { args: watched, dataDir: first.dataDir, onStderr: (text) => (imported ||= text.includes('oidc-provider imported')) }))
-        starts.push(Math.round(server.readyMs))
-        await server.stop()
-      }
-    } finally {
-      await first.stop()
-      await database.drop()
+const rows = await report.eachEngine(databases, async (engine) => {
+  await report.quiet()
+  const database = await databases.fresh(engine)
+  const first = await startServer(database.env, { args: watched })
+  await first.stop({ keepData: true })
+  const starts: number[] = []
+  let imported = false
+  try {
+    for (let i = 0; i < STARTS; i++) {
+      const server = report.server(await startServer(database.env, { args: watched, dataDir: first.dataDir, onStderr: (text) => (imported ||= text.includes('oidc-provider imported')) }))
+      starts.push(Math.round(server.readyMs))
+      await server.stop()
     }
-    rows.push(['start to /healthz 200, existing database', engine, `${median(starts)} ms (${starts.join(', ')})`, `oidc-provider ${imported ? 'imported' : 'not imported'} at start: ${met(!imported)}`])
+  } finally {
+    await first.stop()
+    await database.drop()
   }
-} finally {
-  databases.stop()
-}
+  return ['start to /healthz 200, existing database', engine, `${median(starts)} ms (${starts.join(', ')})`, `oidc-provider ${imported ? 'imported' : 'not imported'} at start: ${met(!imported)}`]
+})
 report.print(['case', 'engine', 'median (each start)', 'the provider library'], rows)

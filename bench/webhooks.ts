@@ -321,12 +321,7 @@ function rows({ engine, throughput: t, logins: runs }: Awaited<ReturnType<typeof
   return out
 }
 
-const results = []
-try {
-  for (const engine of s.engines) results.push(await engineRun(engine))
-} finally {
-  databases.stop()
-}
+const results = await report.eachEngine(databases, engineRun)
 report.print(['case', 'engine', 'value', 'p50 ms', 'p99 ms', 'p99 vs no endpoint', 'the queue during the run'], results.flatMap(rows), [
   'the login measurements are checked for other processes over the login alone (loginRunOnce), and taken again on a fresh server',
 ])

@@ -161,6 +161,17 @@ export class Report {
     return this.noteLoad(label, result)
   }
 
+  /** `run` for each engine of the settings in turn, then the databases' throwaway cluster stopped, whatever happened. */
+  async eachEngine<T>(databases: { stop(): void }, run: (engine: string) => Promise<T>): Promise<T[]> {
+    const results: T[] = []
+    try {
+      for (const engine of this.settings.engines) results.push(await run(engine))
+    } finally {
+      databases.stop()
+    }
+    return results
+  }
+
   /** Waits for a quiet machine (before starting servers, so one run's start-up does not fall in another's measurement). */
   quiet(): Promise<number> {
     return waitForQuiet()
