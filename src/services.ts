@@ -173,9 +173,11 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
   const identityProviders = new OidcProviders(config.oidc.providers, logger)
   await identityProviders.start()
   started.push(() => identityProviders.stop())
+  const dropped = metrics.counter({ name: 'portcullis_background_tasks_dropped_total', help: 'Work after an answer (mail, audit of refusals) dropped because too many such tasks were pending, by task.', labelNames: ['task'] as const })
+  const background = new Background(logger, { onDropped: (task) => dropped.inc({ task }) })
+  metrics.gauge({ name: 'portcullis_background_tasks', help: 'Work after an answer (mail, audit of refusals) pending on this instance.', read: () => background.size() })
   return {
-    db, clock, sealer, keys, metrics, mailQueue, retention, commits, feed, gate, identityProviders,
-    background: new Background(logger),
+    db, clock, sealer, keys, metrics, mailQueue, retention, commits, feed, gate, identityProviders, background,
     limits: new Limits(store, clock, config.limits),
     hasher: boundedHasher(overrides.hasher ?? createArgon2Hasher(), config.hashing),
   }

@@ -7,6 +7,7 @@ import { AppError, type ErrorDetail } from '../errors.ts'
 import type { Logger } from '../logger.ts'
 import type { AccountEvents } from '../webhooks/events.ts'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
+import { OncePerWindow } from '../audit/once-per-window.ts'
 import type { Background } from '../background.ts'
 import { verificationMail, type MailBrand } from '../mail/index.ts'
 import type { MailQueue } from '../mail/queue.ts'
@@ -77,6 +78,13 @@ function newUser(input: { email: string; fullName: string; passwordHash: string;
 }
 
 export class AuthService {
+  /**
+   * A throttled address's refusals are audited once a minute on each instance, not once each: a
+   * burst of them is cheap to send and answered at once, and a row apiece (with its lookup) made
+   * the database the flood's bottleneck, every other request waiting behind the queue of writes.
+   */
+  private readonly throttleAudit = new OncePerWindow(60_000)
+
   constructor(private readonly deps: AuthServiceDeps) {}
 
   private get db() {
@@ -207,10 +215,12 @@ export class AuthService {
     try {
       attempt = await this.deps.limits.claimLoginAttempt(email)
     } catch (error) {
-      this.deps.background.run('throttle audit', async () => {
-        const throttled = await users.findByEmail(this.db, email)
-        await recordEvent(this.db, this.deps.clock, { type: 'login.throttled', userId: throttled?.id ?? null, reason: 'account_delay', context })
-      })
+      if (this.throttleAudit.first(email, this.deps.clock.now())) {
+        this.deps.background.run('throttle audit', async () => {
+          const throttled = await users.findByEmail(this.db, email)
+          await recordEvent(this.db, this.deps.clock, { type: 'login.throttled', userId: throttled?.id ?? null, reason: 'account_delay', context })
+        })
+      }
       throw error
     }
     const user = emailProblem(email) ? null : await users.findByEmail(this.db, email)

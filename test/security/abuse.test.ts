@@ -190,6 +190,25 @@ for (const engine of ENGINES) {
       })
     })
 
+    test('a throttled burst is audited once a minute per address, not once a refusal', async () => {
+      await withApp(engine, { LOGIN_FREE_FAILURES: '3' }, async (t) => {
+        const user = await registerVerifyLogin(t)
+        const throttledEvents = async () => (await t.app.services.accounts.events({ email: user.email })).filter((event) => event.type === 'login.throttled')
+        for (let i = 0; i < 3; i++) assert.equal(code(await t.post('/auth/login', { email: user.email, password: `wrong ${i} password` })), 'INVALID_CREDENTIALS')
+        const burst = await Promise.all(Array.from({ length: 20 }, () => t.post('/auth/login', { email: user.email, password: PASSWORD })))
+        assert.ok(burst.every((answer) => answer.statusCode === 429))
+        await t.app.services.background.drain()
+        assert.equal((await throttledEvents()).length, 1)
+
+        // A minute on, the same address is throttled again (a wrong password keeps the delay up): a second row.
+        t.clock.advance(61)
+        assert.equal(code(await t.post('/auth/login', { email: user.email, password: 'wrong again!' })), 'INVALID_CREDENTIALS')
+        for (let i = 0; i < 5; i++) assert.equal((await t.post('/auth/login', { email: user.email, password: PASSWORD })).statusCode, 429)
+        await t.app.services.background.drain()
+        assert.equal((await throttledEvents()).length, 2)
+      })
+    })
+
     test('login per client IP: the 6th in a minute is 429 with RateLimit headers; X-Forwarded-For counts only behind TRUST_PROXY', async () => {
       await withApp(engine, { RATE_LIMIT_LOGIN_PER_IP: '5' }, async (t) => {
         const attempt = (forwardedFor: string) =>
