@@ -23,7 +23,7 @@ const json = { 'content-type': 'application/json' }
 interface FloodPair { alone: LoadResult; during: LoadResult; flood: LoadResult }
 /** What bench/lib/memory-probe.mjs saw inside the server at its highest resident size, in bytes. */
 export interface MemoryAtPeak { rss: number; anon: number; file: number; heapTotal: number; heapUsed: number; external: number; arrayBuffers: number }
-export interface FloodResult { pairs: FloodPair[]; idle: { rss: number; anon: number }; peak: { rss: number; anon: number }; inside?: { peak: MemoryAtPeak; before: MemoryAtPeak } }
+export interface FloodResult { pairs: FloodPair[]; idle: { rss: number; anon: number }; peak: { rss: number; anon: number }; after?: { rss: number; anon: number }; inside?: { peak: MemoryAtPeak; marks: [MemoryAtPeak, MemoryAtPeak] } }
 
 /**
  * The reads alone and during a flood, `report.settings.rounds` times on one fresh server; with
@@ -62,6 +62,11 @@ export async function floodRuns(report: Report, databases: BenchDatabases, engin
       // The logins still queued when the flood stops wait at most HASH_WAIT_SECONDS (5 s) for a hash.
       await pause(6000)
     }
+    result.after = server.memory()
+    if (probe) {
+      server.child.kill('SIGUSR2')
+      await pause(100)
+    }
     await server.stop()
     if (probe) result.inside = JSON.parse(readFileSync(probeFile, 'utf8')) as FloodResult['inside']
     return result
@@ -84,16 +89,17 @@ export function floodRows(engine: string, r: FloodResult, seconds: number, betwe
   ]
 }
 
-export const floodMemory = (r: FloodResult) => `${mb(r.peak.rss)} MB (anonymous ${mb(r.peak.anon)}; before the floods ${mb(r.idle.rss)}, anonymous ${mb(r.idle.anon)})`
+export const floodMemory = (r: FloodResult) =>
+  `${mb(r.peak.rss)} MB (anonymous ${mb(r.peak.anon)}; before the floods ${mb(r.idle.rss)}, anonymous ${mb(r.idle.anon)}; 6 s after the last ${mb(r.after!.rss)}, anonymous ${mb(r.after!.anon)})`
 
 /**
- * The peak as the server saw it, each part with its size before the floods: file-backed, V8's
- * heap, what JS objects hold outside it, and the native rest.
+ * The peak as the server saw it, each part as before the floods -> at the peak -> 6 s after the
+ * last: file-backed, V8's heap, what JS objects hold outside it, and the native rest.
  */
-export function peakParts({ peak, before }: NonNullable<FloodResult['inside']>): string {
+export function peakParts({ peak, marks: [before, after] }: NonNullable<FloodResult['inside']>): string {
   const native = (m: MemoryAtPeak) => m.anon - m.heapTotal - m.external
-  const part = (pick: (m: MemoryAtPeak) => number) => `${mb(pick(peak))} (${mb(pick(before))})`
-  return `${part((m) => m.rss)} MB = ${part((m) => m.file)} file-backed + ${part((m) => m.heapTotal)} V8 heap, ${part((m) => m.heapUsed)} of it used + ${part((m) => m.external)} held by JS objects outside the heap + ${part(native)} native (argon2id, SQLite, libuv, malloc's arenas, stacks); before the floods in brackets`
+  const part = (pick: (m: MemoryAtPeak) => number) => `${mb(pick(before))} -> ${mb(pick(peak))} -> ${mb(pick(after))}`
+  return `RSS ${part((m) => m.rss)} MB = file-backed ${part((m) => m.file)} + V8 heap ${part((m) => m.heapTotal)} (used ${part((m) => m.heapUsed)}) + held by JS objects outside the heap ${part((m) => m.external)} + native ${part(native)} (argon2id, SQLite, libuv, the allocators' free lists, stacks); before the floods -> peak -> 6 s after`
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {

@@ -4,13 +4,13 @@
 // outside the heap that JavaScript objects hold (external, array buffers), and the resident set
 // as anonymous memory (everything malloc, V8 and the threads' stacks hold) and file-backed pages
 // (the node binary and libraries). What is anonymous but not V8's is native: argon2id's working
-// memory, SQLite's and libuv's, glibc's arenas. SIGUSR2 takes a sample to compare the peak with
-// (written beside it as `before`).
+// memory, SQLite's and libuv's, the allocators' free lists. Each SIGUSR2 takes a sample to compare
+// the peak with (written beside it as `marks`, in order).
 import { readFileSync, writeFileSync } from 'node:fs'
 
 const kb = (text, field) => Number(new RegExp(`${field}:\\s+(\\d+)`).exec(text)?.[1] ?? 0) * 1024
 let peak
-let before
+const marks = []
 function sample() {
   const status = readFileSync('/proc/self/status', 'utf8')
   const now = { ...process.memoryUsage(), anon: kb(status, 'RssAnon'), file: kb(status, 'RssFile') }
@@ -19,5 +19,5 @@ function sample() {
 }
 sample()
 setInterval(sample, 50).unref()
-process.on('SIGUSR2', () => (before = sample()))
-process.on('exit', () => writeFileSync(process.env.BENCH_MEMORY_PROBE, JSON.stringify({ peak, before })))
+process.on('SIGUSR2', () => marks.push(sample()))
+process.on('exit', () => writeFileSync(process.env.BENCH_MEMORY_PROBE, JSON.stringify({ peak, marks })))
