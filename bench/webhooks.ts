@@ -62,7 +62,7 @@ const json = { 'content-type': 'application/json' }
 // PostgreSQL: a throwaway cluster unless DATABASE_URL names one; every run gets a database of its own.
 const databases = benchDatabases(s.engines, 'webhooks', 55497)
 
-const report = new Report('npx tsx bench/webhooks.ts', s, [
+const report = new Report('npm run bench:webhooks', s, [
   `server: node ${startArgs().join(' ')} (npm start's command), LOG_LEVEL=${BENCH_ENV.LOG_LEVEL}, the log to /dev/null; a fresh server${s.engines.includes('postgres') ? ' (and PostgreSQL database)' : ''} every run; ${s.rounds} rounds`,
   `throughput: ${EVENTS} PATCH /auth/me over ${USERS} users, ${PRODUCERS} at once, one endpoint (user.updated), receiver answering 204 at once in the bench's process`,
   `login: ${HASHING_CONNECTIONS} connections, ${s.seconds} s, after ${BACKLOG} s of the producer (PATCH /auth/me every ${PRODUCE_EVERY_MS} ms, through the measurement)`,

@@ -88,6 +88,7 @@ export class Report {
   private disturbed = 0
   private maxOther = 0
   private maxSteal = 0
+  private checked = 0
   private failures: string[] = []
 
   /**
@@ -133,6 +134,7 @@ export class Report {
    * kept, and how many attempts it took.
    */
   judged(result: { other: number; steal: number; attempts: number }): void {
+    this.checked++
     this.maxOther = Math.max(this.maxOther, result.other)
     this.maxSteal = Math.max(this.maxSteal, result.steal)
     this.repeated += result.attempts - 1
@@ -180,8 +182,11 @@ export class Report {
   /** The observed lines and the table: `columns` head it, each row gets the date and commit appended. */
   print(columns: string[], rows: string[][], extra: string[] = []): void {
     const cells = [...columns, 'date', 'commit']
+    const others = this.checked
+      ? `other processes at most ${percent(Math.max(0, this.maxOther))} of a core during a kept measurement (${this.repeated} measured again, ${this.disturbed} kept over ${percent(OTHER_MAX)}); steal at most ${percent(this.maxSteal)}`
+      : 'no measurement checked for other processes (each began on a quiet machine)'
     console.log([
-      `- observed: server cores ${[...this.serverCpus].join(', ') || '-'}; loader cores ${[...this.loaderCpus].join(', ') || '-'}; other processes at most ${percent(Math.max(0, this.maxOther))} of a core during a kept measurement (${this.repeated} measured again, ${this.disturbed} kept over ${percent(OTHER_MAX)}); steal at most ${percent(this.maxSteal)}`,
+      `- observed: server cores ${[...this.serverCpus].join(', ') || '-'}${this.loaderCpus.size ? `; loader cores ${[...this.loaderCpus].join(', ')}` : ''}; ${others}`,
       `- failed requests: ${this.failures.length ? this.failures.join('; ') : 'none'}`,
       ...extra.map((line) => `- ${line}`),
       `- the whole run took ${((performance.now() - this.began) / 60_000).toFixed(1)} minutes, the waits for a quiet machine included`,
