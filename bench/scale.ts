@@ -4,8 +4,8 @@
 // time, RSS, p50/p99 and req/s of login, refresh, a bearer read, a watchlist write, the admin
 // searches, and the p99 of /healthz probes sent while each admin query runs in a loop; then one
 // Markdown table with the ratio of the largest population to the smallest beside the goals.
-//   npm run build && npx tsx bench/scale.ts
-//   BENCH_SCALE_USERS=1000,20000 npx tsx bench/scale.ts        (a quick check)
+//   npm run bench:scale
+//   BENCH_SCALE_USERS=1000,20000 npm run bench:scale        (a quick check)
 // Environment: BENCH_SCALE_USERS (default 1000,1000000), BENCH_SCALE_ENGINES (sqlite,postgres),
 // BENCH_SCALE_SECONDS (10, each measured case), BENCH_SCALE_WARMUP (2), BENCH_SCALE_CONNECTIONS
 // (16; login always 8, admin queries one at a time), BENCH_SCALE_PROBE_MS (50, the /healthz

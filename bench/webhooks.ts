@@ -1,4 +1,4 @@
-// npx tsx bench/webhooks.ts (after npm run build): webhook delivery (src/webhooks/), two questions.
+// npm run bench:webhooks: webhook delivery (src/webhooks/), two questions.
 //
 // 1. How many events a second reach one endpoint. A server (dist/server.js, as npm start runs it)
 //    with USERS users and one endpoint for user.updated on a receiver in this process that answers
