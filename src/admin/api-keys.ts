@@ -4,6 +4,7 @@ import { publishChanges, type Change, type ChangeFeed } from '../changes/feed.ts
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import { CLI_CONTEXT, recordEvent, type RequestContext } from '../audit/events.ts'
+import { OncePerWindow } from '../once-per-window.ts'
 import { apiKeyStore, type ApiKeyRow } from './store.ts'
 
 export const SCOPES = ['users:read', 'users:write', 'audit:read', 'clients:read', 'clients:write', 'webhooks:read', 'webhooks:write'] as const
@@ -71,7 +72,7 @@ function summarise(row: ApiKeyRow): ApiKeySummary {
  */
 export class ApiKeyService {
   private readonly known = new Map<string, ApiKeyRow>()
-  private readonly touched = new Map<string, number>()
+  private readonly touched = new OncePerWindow(TOUCH_EVERY_MS)
 
   constructor(
     private readonly db: Db,
@@ -149,9 +150,7 @@ export class ApiKeyService {
   }
 
   private noteUse(id: string, now: number): void {
-    const last = this.touched.get(id)
-    if (last !== undefined && now - last < TOUCH_EVERY_MS) return
-    this.touched.set(id, now)
+    if (!this.touched.first(id, now)) return
     const write = () => apiKeyStore.touch(this.db.kysely, id, now)
     if (this.background) this.background.run('api key last use', write)
     else void write().catch(() => {})

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
-import { OncePerWindow } from '../../src/audit/once-per-window.ts'
+import { OncePerWindow } from '../../src/once-per-window.ts'
 import { Background } from '../../src/background.ts'
 import type { Logger } from '../../src/logger.ts'
 

@@ -1,6 +1,7 @@
 /**
  * Says yes to the first of each key's events in a window and no to the rest, in memory, for one
- * instance: so a burst of the same refusal writes one audit row a window, not one a request.
+ * instance: so a burst of the same event writes one row a window, not one a request (the audit of
+ * a throttled address, an API key's last use).
  * Keys are forgotten once their window is over; at most `max` are held, and while that many are
  * held within their windows a new key gets no (a bound on memory that a flood of distinct keys
  * cannot push past; those refusals still answer the same).
