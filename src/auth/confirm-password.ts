@@ -10,7 +10,8 @@ import type { PasswordHasher } from './passwords.ts'
  * The current password a sensitive action asks for (change-password, deletion, a change of
  * address), checked like a login: the attempt is claimed on the account's progressive delay before
  * it is judged, and a wrong one is an audited failed login (`reason` names the action) and
- * INVALID_CREDENTIALS, so a stolen access token is not a way to guess the password.
+ * INVALID_CREDENTIALS, so a stolen access token is not a way to guess the password. One the hashing
+ * could not judge (503) is taken back, as for a login.
  */
 export async function confirmPassword(
   deps: { db: Db; clock: Clock; hasher: PasswordHasher; limits: Limits },
@@ -19,8 +20,9 @@ export async function confirmPassword(
   reason: string,
   context: RequestContext,
 ): Promise<void> {
-  await deps.limits.claimLoginAttempt(user.email)
+  await using attempt = await deps.limits.claimLoginAttempt(user.email)
   if (!(await deps.hasher.verify(user.password_hash, password))) {
+    attempt.judgedWrong()
     await recordEvent(deps.db.kysely, deps.clock, { type: 'login.failed', userId: user.id, reason, context })
     throw new AppError('INVALID_CREDENTIALS')
   }

@@ -208,31 +208,24 @@ export class AuthService {
 
   async login(input: { email: string; password: string }, context: RequestContext, transport: 'body' | 'cookie' = 'body') {
     const email = normaliseEmail(input.email)
-    // Throttled before any work: the answer (and its cost) is the same for every address. The
-    // attempt is counted as a failure before the password is judged (a burst counts one by one);
-    // a completed login clears it.
-    let attempt: ClaimedAttempt
-    try {
-      attempt = await this.deps.limits.claimLoginAttempt(email)
-    } catch (error) {
-      if (this.throttleAudit.first(email, this.deps.clock.now())) {
-        this.deps.background.run('throttle audit', async () => {
-          const throttled = await users.findByEmail(this.db, email)
-          await recordEvent(this.db, this.deps.clock, { type: 'login.throttled', userId: throttled?.id ?? null, reason: 'account_delay', context })
-        })
-      }
-      throw error
-    }
+    // Counted as a failure before the password is judged (a burst counts one by one); it stays
+    // counted only if the password is judged wrong. Leaving here any other way takes it back: the
+    // database or the hashing refusing before the verdict (503: an outage never throttles anyone),
+    // the right password of an account with a second factor (neither failure nor success); a
+    // completed login has cleared the count anyway.
+    await using attempt = await this.claimAttempt(email, context)
     const user = emailProblem(email) ? null : await users.findByEmail(this.db, email)
 
     // Password first, whatever the account's state: a wrong password must look exactly like an
     // unknown address (same body, same work), so login never reveals which addresses exist.
     if (!user) {
       await this.deps.hasher.verifyDummy(input.password)
+      attempt.judgedWrong()
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', reason: 'unknown_email', context })
       throw new AppError('INVALID_CREDENTIALS')
     }
     if (!(await this.deps.hasher.verify(user.password_hash, input.password))) {
+      attempt.judgedWrong()
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'wrong_password', context })
       throw new AppError('INVALID_CREDENTIALS')
     }
@@ -258,6 +251,24 @@ export class AuthService {
     return this.deps.sessions.open(user, PASSWORD_ONLY, context)
   }
 
+  /**
+   * Claims the login's attempt on the account's delay (src/limits/limits.ts). Throttled before any
+   * work: the answer (and its cost) is the same for every address; the refusal is audited at most
+   * once a minute per address.
+   */
+  private async claimAttempt(email: string, context: RequestContext): Promise<ClaimedAttempt> {
+    try {
+      return await this.deps.limits.claimLoginAttempt(email)
+    } catch (error) {
+      if (this.throttleAudit.first(email, this.deps.clock.now())) {
+        this.deps.background.run('throttle audit', async () => {
+          const throttled = await users.findByEmail(this.db, email)
+          await recordEvent(this.db, this.deps.clock, { type: 'login.throttled', userId: throttled?.id ?? null, reason: 'account_delay', context })
+        })
+      }
+      throw error
+    }
+  }
 
   /** Rehash-on-login: raising the argon2 parameters upgrades each account at its next login. */
   private async upgradeHash(user: UserRow, password: string): Promise<void> {

@@ -151,9 +151,11 @@ export class EmailSignIn {
    */
   async verify(input: { email: string; code: string }, transport: 'body' | 'cookie', context: RequestContext): Promise<LoginBody> {
     const email = normaliseEmail(input.email)
-    const attempt = await this.deps.limits.claimLoginAttempt(email)
+    // Stays counted only if the code is judged wrong; otherwise taken back (src/limits/limits.ts, ClaimedAttempt).
+    await using attempt = await this.deps.limits.claimLoginAttempt(email)
     const row = emailProblem(email) ? null : await signIns.liveFor(this.db, email, this.deps.clock.now())
     if (!row || !(await signIns.countAttempt(this.db, row.id)) || !CODE.test(input.code) || !same(this.mac(`email_code:${row.id}`, input.code), row.code_hash)) {
+      attempt.judgedWrong()
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: row?.user_id ?? null, reason: 'wrong_email_code', context })
       throw new AppError('INVALID_CREDENTIALS')
     }

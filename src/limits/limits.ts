@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import type { Clock } from '../clock.ts'
 import { AppError } from '../errors.ts'
 import type { CounterStore, DelayPolicy } from './store.ts'
@@ -15,10 +15,41 @@ export interface LimitSettings {
 
 export type IpRule = 'login' | 'register' | 'mail'
 
-/** An attempt counted by claimLoginAttempt, to take back if it proves right without being a success. */
-export interface ClaimedAttempt {
-  email: string
-  previousLast: string | null
+/**
+ * One attempt counted by claimLoginAttempt, before its credential is judged (docs/SECURITY.md, Abuse
+ * limits). Only a credential judged wrong may stay counted: the caller says so with judgedWrong()
+ * as soon as it has that verdict, and the attempt is taken back when it is disposed otherwise
+ * (`await using attempt = ...`): when the database, the hasher or anything else failed before a
+ * verdict (a 503 must never throttle anyone), when the credential proved right without completing
+ * a sign-in (the password step of an account with a second factor), or when the sign-in ended for
+ * another reason (a dead mfa_token, a disabled account). After a completed sign-in cleared the
+ * count the take-back finds nothing to remove. It removes this attempt only, so it can neither undo
+ * a concurrent wrong guess nor one made after a success.
+ */
+export class ClaimedAttempt implements AsyncDisposable {
+  private wrong = false
+  private taken = false
+
+  constructor(private readonly unclaim: () => Promise<void>) {}
+
+  /** The credential was judged wrong: this attempt stays a failure of the account. */
+  judgedWrong(): void {
+    this.wrong = true
+  }
+
+  /** Takes the attempt back now; once only, and never one judged wrong. */
+  async takeBack(): Promise<void> {
+    if (this.wrong || this.taken) return
+    this.taken = true
+    // The stores do not throw (RedisStore answers from this instance's counters while Redis is
+    // away); were one to, a failed take-back leaves one failure too many, never an error in place
+    // of the answer the request already has.
+    await this.unclaim().catch(() => {})
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.takeBack()
+  }
 }
 
 const MINUTE = 60_000
@@ -127,9 +158,8 @@ export class Limits {
     await this.store.increment(`apikey:failures:${ip}:${Math.floor(this.clock.now() / MINUTE)}`, MINUTE * 2)
   }
 
-  private loginKeys(email: string) {
-    const key = addressKey(email)
-    return { failures: `login:failures:${key}`, last: `login:last:${key}` }
+  private loginKey(email: string): string {
+    return `login:attempts:${addressKey(email)}`
   }
 
   private delayPolicy(): DelayPolicy {
@@ -137,33 +167,37 @@ export class Limits {
   }
 
   /**
-   * One attempt to prove the account's credential (a password, a second-factor code, a passkey),
-   * counted before it is judged (docs/SECURITY.md, Abuse limits; docs/mfa.md): the attempt is recorded
-   * as a failure at once, atomically across instances, so N guesses sent at once count N; a later
-   * success (loginSucceeded) clears the count. Keyed by the address whether or not an account has
+   * One attempt to prove the account's credential (a password, a second-factor code, a passkey, an
+   * e-mailed code), counted before it is judged (docs/SECURITY.md, Abuse limits; docs/mfa.md): the
+   * attempt is recorded as a failure at once, atomically across instances, so N guesses sent at
+   * once count N; a later success (loginSucceeded) clears the count, and an attempt that is not
+   * judged wrong is taken back (ClaimedAttempt). Keyed by the address whether or not an account has
    * it, so the answer is the same for both. Past the free failures each attempt waits a delay that
    * doubles up to a cap (the owner can always try again after at most that, so nobody can lock an
    * account for good); one refused with RATE_LIMITED is neither judged nor counted.
    */
   async claimLoginAttempt(email: string): Promise<ClaimedAttempt> {
-    const { waitMs, previousLast } = await this.store.claimAttempt(this.loginKeys(email), this.clock.now(), this.delayPolicy(), FAILURE_MEMORY_MS)
+    const key = this.loginKey(email)
+    // The attempt's own id in the account's set, so its take-back removes it and nothing else.
+    const id = randomBytes(12).toString('base64url')
+    const waitMs = await this.store.claimAttempt(key, id, this.clock.now(), this.delayPolicy(), FAILURE_MEMORY_MS)
     if (waitMs > 0) {
       const seconds = Math.ceil(waitMs / 1000)
       throw rateLimited({ limit: this.settings.loginFreeFailures, remaining: 0, resetSeconds: seconds }, seconds)
     }
-    return { email, previousLast }
+    return new ClaimedAttempt(() => this.store.unclaimAttempt(key, id, this.clock.now(), FAILURE_MEMORY_MS))
   }
 
   /**
    * The claimed attempt proved right but is no completed login (the password step of an account
    * with a second factor): it is taken back, neither a failure nor a success that resets the count.
+   * Disposing the attempt does the same; this says it where the verdict is.
    */
   async attemptWasRight(attempt: ClaimedAttempt): Promise<void> {
-    await this.store.unclaimAttempt(this.loginKeys(attempt.email), attempt.previousLast, FAILURE_MEMORY_MS)
+    await attempt.takeBack()
   }
 
   async loginSucceeded(email: string): Promise<void> {
-    const keys = this.loginKeys(email)
-    await this.store.delete(keys.failures, keys.last)
+    await this.store.delete(this.loginKey(email))
   }
 }

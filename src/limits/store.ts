@@ -22,23 +22,23 @@ export function delayAfter(failures: number, policy: DelayPolicy): number {
   return Math.min(1000 * 2 ** Math.min(over, 30), policy.maxDelayMs)
 }
 
-/** The two keys of an account's delay: consecutive failures, and the time of the last one. */
-export interface LoginKeys {
-  failures: string
-  last: string
-}
-
 export interface CounterStore {
   /**
    * One attempt against an account's progressive delay, atomically, across every instance sharing
-   * the store: when the wait after the recorded failures has passed, the attempt is recorded as a
-   * failure (count + 1, at `now`) before anyone judges it, and 0 is returned; otherwise nothing is
-   * recorded and the milliseconds still to wait are returned, with the failure time recorded before
-   * (to put back if the attempt proves right). A success deletes both keys.
+   * the store. The account's failures are a set of attempts, each under its own id with its time:
+   * when the wait after the recorded ones has passed (the latest time plus delayAfter their
+   * number), this attempt joins them under `attemptId` at `now` before anyone judges it, and 0 is
+   * returned; otherwise nothing is recorded and the milliseconds still to wait are returned. The
+   * set is forgotten `ttlMs` after its latest attempt; a success deletes it (delete(key)).
    */
-  claimAttempt(keys: LoginKeys, now: number, policy: DelayPolicy, ttlMs: number): Promise<{ waitMs: number; previousLast: string | null }>
-  /** Takes back one claimed attempt (never below zero) and puts back the failure time before it. */
-  unclaimAttempt(keys: LoginKeys, previousLast: string | null, ttlMs: number): Promise<void>
+  claimAttempt(key: string, attemptId: string, now: number, policy: DelayPolicy, ttlMs: number): Promise<number>
+  /**
+   * Takes back exactly the attempt recorded under `attemptId`, if it is still there: never another
+   * one, whatever was claimed, taken back or cleared in between (a success, or the counts made alone
+   * during a Redis outage being dropped), and a second take-back of it changes nothing. The set is
+   * then forgotten `ttlMs` after its latest remaining attempt, as if this one had never been made.
+   */
+  unclaimAttempt(key: string, attemptId: string, now: number, ttlMs: number): Promise<void>
   /** Adds one and returns the new value; the key is dropped `ttlMs` after its last increment. */
   increment(key: string, ttlMs: number): Promise<number>
   get(key: string): Promise<string | null>
@@ -47,8 +47,22 @@ export interface CounterStore {
   close(): Promise<void>
 }
 
+/** An account's recorded attempts in memory: each id with its time, and when the whole set is forgotten. */
+interface AttemptSet {
+  times: Map<string, number>
+  expiresAt: number
+}
+
+/** The latest time in a set of attempts (0 for none). */
+function latest(times: Map<string, number>): number {
+  let last = 0
+  for (const time of times.values()) if (time > last) last = time
+  return last
+}
+
 export class MemoryStore implements CounterStore {
   private readonly entries = new Map<string, { value: string; expiresAt: number }>()
+  private readonly attempts = new Map<string, AttemptSet>()
   private readonly timer: NodeJS.Timeout
 
   constructor(private readonly clock: Clock) {
@@ -59,6 +73,7 @@ export class MemoryStore implements CounterStore {
   private sweep(): void {
     const now = this.clock.now()
     for (const [key, entry] of this.entries) if (entry.expiresAt <= now) this.entries.delete(key)
+    for (const [key, set] of this.attempts) if (set.expiresAt <= now) this.attempts.delete(key)
   }
 
   private live(key: string) {
@@ -66,22 +81,29 @@ export class MemoryStore implements CounterStore {
     return entry && entry.expiresAt > this.clock.now() ? entry : undefined
   }
 
-  async claimAttempt(keys: LoginKeys, now: number, policy: DelayPolicy, ttlMs: number): Promise<{ waitMs: number; previousLast: string | null }> {
-    // One synchronous turn: nothing else on this instance runs between the read and the write.
-    const failures = Number(this.live(keys.failures)?.value ?? 0)
-    const last = this.live(keys.last)?.value ?? null
-    const waitMs = last === null ? 0 : Number(last) + delayAfter(failures, policy) - now
-    if (waitMs > 0) return { waitMs, previousLast: last }
-    this.entries.set(keys.failures, { value: String(failures + 1), expiresAt: now + ttlMs })
-    this.entries.set(keys.last, { value: String(now), expiresAt: now + ttlMs })
-    return { waitMs: 0, previousLast: last }
+  private liveAttempts(key: string): AttemptSet | undefined {
+    const set = this.attempts.get(key)
+    return set && set.expiresAt > this.clock.now() ? set : undefined
   }
 
-  async unclaimAttempt(keys: LoginKeys, previousLast: string | null, ttlMs: number): Promise<void> {
-    const entry = this.live(keys.failures)
-    if (entry && Number(entry.value) > 0) entry.value = String(Number(entry.value) - 1)
-    if (previousLast === null) this.entries.delete(keys.last)
-    else this.entries.set(keys.last, { value: previousLast, expiresAt: this.clock.now() + ttlMs })
+  async claimAttempt(key: string, attemptId: string, now: number, policy: DelayPolicy, ttlMs: number): Promise<number> {
+    // One synchronous turn: nothing else on this instance runs between the read and the write.
+    const set = this.liveAttempts(key)
+    if (set && set.times.size > 0) {
+      const waitMs = latest(set.times) + delayAfter(set.times.size, policy) - now
+      if (waitMs > 0) return waitMs
+    }
+    const times = set?.times ?? new Map<string, number>()
+    times.set(attemptId, now)
+    this.attempts.set(key, { times, expiresAt: now + ttlMs })
+    return 0
+  }
+
+  async unclaimAttempt(key: string, attemptId: string, now: number, ttlMs: number): Promise<void> {
+    const set = this.liveAttempts(key)
+    if (!set?.times.delete(attemptId)) return
+    if (set.times.size === 0) this.attempts.delete(key)
+    else set.expiresAt = latest(set.times) + ttlMs
   }
 
   async increment(key: string, ttlMs: number): Promise<number> {
@@ -99,12 +121,16 @@ export class MemoryStore implements CounterStore {
   }
 
   async delete(...keys: string[]): Promise<void> {
-    for (const key of keys) this.entries.delete(key)
+    for (const key of keys) {
+      this.entries.delete(key)
+      this.attempts.delete(key)
+    }
   }
 
   /** Forgets every count (the counts made alone while Redis was away, once it is back). */
   clear(): void {
     this.entries.clear()
+    this.attempts.clear()
   }
 
   async close(): Promise<void> {
@@ -114,29 +140,35 @@ export class MemoryStore implements CounterStore {
 
 /**
  * claimAttempt in one Redis script, so concurrent attempts from any number of instances are
- * counted one by one. KEYS: failures, last. ARGV: now, free failures, max delay (ms), ttl (ms).
- * The delay is delayAfter's formula above. Answers {ms to wait, the failure time before ('' for none)}.
+ * counted one by one. The account's attempts are a sorted set: member the attempt's id, score its
+ * time. KEYS: the set. ARGV: now, free failures, max delay (ms), ttl (ms), the attempt's id. The
+ * delay is delayAfter's formula above. Answers the ms to wait (0: recorded).
  */
 const CLAIM_ATTEMPT = `
-local failures = tonumber(redis.call('GET', KEYS[1]) or '0')
-local last = redis.call('GET', KEYS[2])
-local now = tonumber(ARGV[1])
-if last then
-  local over = failures - tonumber(ARGV[2])
-  if over >= 0 then
-    local wait = math.min(1000 * 2 ^ math.min(over, 30), tonumber(ARGV[3]))
-    local left = tonumber(last) + wait - now
-    if left > 0 then return {math.ceil(left), last} end
+local failures = redis.call('ZCARD', KEYS[1])
+local over = failures - tonumber(ARGV[2])
+if failures > 0 and over >= 0 then
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  local wait = math.min(1000 * 2 ^ math.min(over, 30), tonumber(ARGV[3]))
+  local left = tonumber(last[2]) + wait - tonumber(ARGV[1])
+  if left > 0 then return math.ceil(left) end
+end
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 0`
+
+/**
+ * unclaimAttempt: removes this attempt's member only (ZREM of one that is gone does nothing), then
+ * the set lives `ttl` after its latest remaining attempt. KEYS: the set. ARGV: the attempt's id, now, ttl (ms).
+ */
+const UNCLAIM_ATTEMPT = `
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if last[2] then
+    local left = tonumber(last[2]) + tonumber(ARGV[3]) - tonumber(ARGV[2])
+    if left > 0 then redis.call('PEXPIRE', KEYS[1], math.ceil(left)) else redis.call('DEL', KEYS[1]) end
   end
 end
-redis.call('SET', KEYS[1], failures + 1, 'PX', ARGV[4])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
-return {0, last or ''}`
-
-/** unclaimAttempt: one less, never below zero; the failure time before put back (ARGV: it or '', ttl). */
-const UNCLAIM_ATTEMPT = `
-if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
-if ARGV[1] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
 return 0`
 
 /** How long one Redis command may take before it counts as Redis being away. */
@@ -267,20 +299,17 @@ export class RedisStore implements CounterStore {
     return local(this.local)
   }
 
-  async claimAttempt(keys: LoginKeys, now: number, policy: DelayPolicy, ttlMs: number): Promise<{ waitMs: number; previousLast: string | null }> {
+  async claimAttempt(key: string, attemptId: string, now: number, policy: DelayPolicy, ttlMs: number): Promise<number> {
     return this.either(
-      async () => {
-        const [wait, last] = (await this.redis.eval(CLAIM_ATTEMPT, 2, keys.failures, keys.last, now, policy.freeFailures, policy.maxDelayMs, ttlMs)) as [number, string]
-        return { waitMs: Number(wait), previousLast: last === '' ? null : last }
-      },
-      (local) => local.claimAttempt(keys, now, policy, ttlMs),
+      async () => Number(await this.redis.eval(CLAIM_ATTEMPT, 1, key, now, policy.freeFailures, policy.maxDelayMs, ttlMs, attemptId)),
+      (local) => local.claimAttempt(key, attemptId, now, policy, ttlMs),
     )
   }
 
-  async unclaimAttempt(keys: LoginKeys, previousLast: string | null, ttlMs: number): Promise<void> {
+  async unclaimAttempt(key: string, attemptId: string, now: number, ttlMs: number): Promise<void> {
     await this.either(
-      async () => void (await this.redis.eval(UNCLAIM_ATTEMPT, 2, keys.failures, keys.last, previousLast ?? '', ttlMs)),
-      (local) => local.unclaimAttempt(keys, previousLast, ttlMs),
+      async () => void (await this.redis.eval(UNCLAIM_ATTEMPT, 1, key, attemptId, now, ttlMs)),
+      (local) => local.unclaimAttempt(key, attemptId, now, ttlMs),
     )
   }
 

@@ -11,7 +11,7 @@ import type { Db } from '../db/index.ts'
 import { sessions, users, type UserRow } from '../db/repositories.ts'
 import type { FactorType } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
-import type { Limits } from '../limits/limits.ts'
+import type { ClaimedAttempt, Limits } from '../limits/limits.ts'
 import { securityNoticeMail, type MailBrand } from '../mail/index.ts'
 import { outbox } from '../mail/outbox.ts'
 import type { MailQueue } from '../mail/queue.ts'
@@ -211,11 +211,12 @@ export class MfaService {
     if (!user) throw new AppError('INVALID_MFA_TOKEN')
     // Counted before judged, for the account and then for the token (docs/SECURITY.md, "Guesses sent
     // at once"): a burst of guesses counts one by one on every engine and instance.
-    await this.deps.limits.claimLoginAttempt(user.email)
+    // Only a wrong code stays counted; one not judged (a dead token, a database failure) is taken back.
+    await using attempt = await this.deps.limits.claimLoginAttempt(user.email)
     // Disabled between the two steps: no session.
     if (user.status === 'disabled') throw new AppError('ACCOUNT_DISABLED')
     if (!(await challenges.claimAttempt(this.db, hash, this.deps.clock.now()))) throw new AppError('INVALID_MFA_TOKEN')
-    const refused = () => this.wrongCode(user, context, 'login')
+    const refused = () => this.wrongCode(user, context, 'login', attempt)
     const match = await this.matchProof(user, input, { userId: user.id, binding: hash }, 'second_factor', context)
     if (!match) throw await refused()
     // One transaction (shared with other sign-ins by the group commit): the code used up, the
@@ -246,10 +247,10 @@ export class MfaService {
   /** A second factor verified in a live session: it becomes aal2 and recent, and the answer is its new access token. */
   async stepUp(principal: Principal, input: Proof, context: RequestContext): Promise<{ access_token: string; expires_in: number }> {
     const user = await this.user(principal.userId)
-    await this.deps.limits.claimLoginAttempt(user.email)
+    await using attempt = await this.deps.limits.claimLoginAttempt(user.email)
     const match = await this.matchProof(user, input, { userId: user.id, binding: principal.sessionId }, 'step_up', context)
     const used = match !== null && (await this.db.transaction().execute((trx) => this.useCode(trx, user, match, context)))
-    if (!used) throw await this.wrongCode(user, context, 'step_up')
+    if (!used) throw await this.wrongCode(user, context, 'step_up', attempt)
     await this.deps.limits.loginSucceeded(user.email)
     if (match.kind === 'recovery_code') this.deps.mailQueue.kick()
     const state = await this.raiseSession(principal, methodOf(match))
@@ -403,7 +404,8 @@ export class MfaService {
    * session, opened where every way in ends, aal2 with `hwk user mfa`.
    */
   async loginWithPasskey(input: { challenge_id: string; credential: AssertionCredential }, context: RequestContext): Promise<LoginBody> {
-    const failed = async (user: UserRow | null, reason: string) => {
+    const failed = async (user: UserRow | null, reason: string, attempt?: ClaimedAttempt) => {
+      attempt?.judgedWrong()
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user?.id ?? null, reason, context })
       return new AppError('INVALID_CREDENTIALS')
     }
@@ -412,13 +414,13 @@ export class MfaService {
     const factor = await factors.findPasskey(this.db, input.credential.id)
     const user = factor && (await users.findById(this.db, factor.user_id))
     if (!factor || !user) throw await failed(null, 'passkey_unknown')
-    // Counted before the signature is judged; a completed login clears it.
-    await this.deps.limits.claimLoginAttempt(user.email)
+    // Counted before the signature is judged; a completed login clears it, and one not judged wrong is taken back.
+    await using attempt = await this.deps.limits.claimLoginAttempt(user.email)
     // The handle the authenticator keeps is the account id registration gave it.
     const handle = input.credential.response.userHandle
-    if (handle && handle !== userHandleOf(user.id)) throw await failed(user, 'passkey_wrong_user')
+    if (handle && handle !== userHandleOf(user.id)) throw await failed(user, 'passkey_wrong_user', attempt)
     const seen = await this.checkAssertion(input.credential, ceremony.challenge, factor, context)
-    if (!seen) throw await failed(user, 'passkey_refused')
+    if (!seen) throw await failed(user, 'passkey_refused', attempt)
     try {
       this.deps.sessions.assertMayOpen(user)
     } catch (error) {
@@ -430,7 +432,11 @@ export class MfaService {
       alsoInTransaction: async (trx) => {
         const now = this.deps.clock.now()
         const used = (await ceremonies.consume(trx, ceremony.row.id, now)) && (await factors.advanceCounter(trx, factor.id, factor.sign_count ?? 0, seen.counter, seen.backedUp, now))
-        if (!used) throw new AppError('INVALID_CREDENTIALS')
+        // A used challenge or a counter overtaken meanwhile: refused like a wrong credential, and counted.
+        if (!used) {
+          attempt.judgedWrong()
+          throw new AppError('INVALID_CREDENTIALS')
+        }
       },
     })
     await this.deps.limits.loginSucceeded(user.email)
@@ -597,8 +603,9 @@ export class MfaService {
     return true
   }
 
-  /** A wrong code (already counted against the account before it was judged): audited. */
-  private async wrongCode(user: UserRow, context: RequestContext, step: 'login' | 'step_up'): Promise<AppError> {
+  /** A wrong code: its attempt, counted against the account before it was judged, stays counted; audited. */
+  private async wrongCode(user: UserRow, context: RequestContext, step: 'login' | 'step_up', attempt: ClaimedAttempt): Promise<AppError> {
+    attempt.judgedWrong()
     await recordEvent(this.db, this.deps.clock, { type: 'mfa.verify_failed', userId: user.id, reason: step, context })
     return new AppError('INVALID_MFA_CODE')
   }
