@@ -13,7 +13,7 @@ import { ConfigError, loadConfig, type Config } from './config.ts'
 import { migrate, openDatabase, sqliteFile, type Db } from './db/index.ts'
 import { secrets, signingKeys } from './db/repositories.ts'
 import { AppError } from './errors.ts'
-import { rewrapWaitingMail } from './mail/queue.ts'
+import { rewrapMail } from './mail/queue.ts'
 import { resetSecondFactors, rewrapTotpSecrets } from './mfa/service.ts'
 import { ClientRegistry, rewrapClientSecrets } from './provider/clients.ts'
 import { DEVICE_CODE_GRANT, type ClientCreate } from './provider/schemas.ts'
@@ -370,7 +370,7 @@ const commands: Command[] = [
       const from = new KeySealer(config.oldKeyEncryptionKey)
       const to = new KeySealer(config.keyEncryptionKey)
       return withDatabase(config, io, async (db) => {
-        const count = await rewrapStoredKeys(db, from, to, [rewrapWaitingMail, rewrapTotpSecrets, rewrapClientSecrets, rewrapWebhookSecrets])
+        const count = await rewrapStoredKeys(db, from, to, [rewrapMail, rewrapTotpSecrets, rewrapClientSecrets, rewrapWebhookSecrets])
         io.out(`re-encrypted ${count} stored key(s), queued mail(s), second-factor secret(s), client and webhook secret(s) under the new KEY_ENCRYPTION_KEY; restart every instance with it`)
         return 0
       })

@@ -263,7 +263,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     resourceTokens,
     allowLoopbackFetch: !config.production,
   })
-  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc, apps: provider })
+  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc, apps: provider, mail: mailQueue })
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider)
   return { tokens, auth, mfa, oidc, email, profile, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }

@@ -8,6 +8,7 @@ import type { Principal } from '../auth/service.ts'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
 import type { AuditLog } from '../audit/service.ts'
 import type { Limits } from '../limits/limits.ts'
+import type { MailQueue } from '../mail/queue.ts'
 import type { MfaService } from '../mfa/service.ts'
 import type { OidcService } from '../oidc/service.ts'
 import type { ProviderService } from '../provider/service.ts'
@@ -29,6 +30,8 @@ export interface DataRightsDeps {
   identities: Pick<OidcService, 'list'>
   /** The OpenID provider module: the apps the user approved. */
   apps: Pick<ProviderService, 'appsOf'>
+  /** The mail queue: a mail's subject is stored sealed, and only it opens it. */
+  mail: Pick<MailQueue, 'subjectOf'>
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
@@ -106,7 +109,7 @@ export class DataRights {
         id: message.id,
         kind: message.kind,
         recipient: message.recipient,
-        subject: message.subject,
+        subject: this.deps.mail.subjectOf(message),
         created_at: iso(message.created_at)!,
         sent_at: iso(message.sent_at),
         failed_at: iso(message.failed_at),

@@ -33,7 +33,7 @@ export function createMailTransport(options: MailerOptions): MailTransport {
     // Bounded waits: a relay that stalls must fail the attempt (the queue retries it) well within
     // the queue's lease, rather than hold it for nodemailer's default of an hour.
     const nodemailer = load<typeof Nodemailer>('nodemailer')
-    const transport = nodemailer.createTransport({ url: options.smtpUrl, connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: 30_000 })
+    const transport = nodemailer.createTransport({ url: withoutMailerLogging(options.smtpUrl), connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: 30_000 })
     return {
       async send(message) {
         await transport.sendMail({ from: options.from, ...message })
@@ -49,11 +49,35 @@ export function createMailTransport(options: MailerOptions): MailTransport {
       // Written aside and renamed, so a reader never sees half a message.
       await writeFile(`${file}.part`, outboxMessage(options.from, message), { mode: 0o600 })
       await rename(`${file}.part`, file)
-      // The link inside is a secret: the log says where the mail is, never what it says.
-      options.logger.info({ mail: { to: message.to, subject: message.subject, file } }, 'mail written to the outbox')
+      // The log says where the mail is, never what it says: the body holds a link or a code, and
+      // the subject is left out too, so no part of a mail ever reaches a log whatever a template
+      // puts in it. The recipient stays, as the one way a developer finds their mail among the
+      // files: an address is not a credential, this transport exists only outside production, and
+      // nothing else on the line (the file's name is a time, a pid and a counter) tells a secret.
+      options.logger.info({ mail: { to: message.to, file } }, 'mail written to the outbox')
     },
     close() {},
   }
+}
+
+/** nodemailer's own options a URL may carry (`?logger=true&debug=true`) that print whole messages, subject and body, to stdout. */
+const MAILER_LOGGING = ['logger', 'debug', 'transactionLog']
+
+/**
+ * SMTP_URL without the query options that would make nodemailer log each message in full: logs
+ * never carry a mail's subject or body (docs/SECURITY.md), whatever the URL asks. A URL without
+ * them is passed on untouched.
+ */
+export function withoutMailerLogging(smtpUrl: string): string {
+  let url: URL
+  try {
+    url = new URL(smtpUrl)
+  } catch {
+    return smtpUrl
+  }
+  if (!MAILER_LOGGING.some((name) => url.searchParams.has(name))) return smtpUrl
+  for (const name of MAILER_LOGGING) url.searchParams.delete(name)
+  return url.toString()
 }
 
 /**

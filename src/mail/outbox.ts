@@ -11,46 +11,100 @@ export type OutboxRow = Selectable<MailOutboxTable>
 
 type Executor = Kysely<Database>
 
+/** The parts of a mail stored sealed, by column. */
+export type SealedParts = Pick<OutboxRow, 'subject' | 'body_text' | 'body_html'>
+/** A stored mail as the sealing calls read it. */
+export type StoredMail = Pick<OutboxRow, 'id'> & SealedParts
+
+type Part = 'subject' | 'text' | 'html'
+const COLUMNS: Record<Part, keyof SealedParts> = { subject: 'subject', text: 'body_text', html: 'body_html' }
+const PARTS = Object.keys(COLUMNS) as Part[]
+
 /**
- * What a sealed body is bound to: its mail and its part, so a sealed body copied onto another row
- * (or into the other part) does not open there.
+ * What a sealed part is bound to: its mail and its part, so a sealed part copied onto another row
+ * (or into another part) does not open there.
  */
-function aadOf(id: string, part: 'text' | 'html'): string {
+function aadOf(id: string, part: Part): string {
   return `mail:${id}:${part}`
 }
 
 /**
- * The bodies of a queued mail carry a one-time link, so they are stored sealed under
- * KEY_ENCRYPTION_KEY: a copy of the database (WAL and free pages included) never holds a working
- * link in the clear. The clear text exists only in memory, on the way in and on the way out.
+ * A queued mail is stored sealed whole under KEY_ENCRYPTION_KEY: the bodies carry a one-time link,
+ * and the subject, though no template puts a secret in it any more, is sealed with them so that no
+ * part of a mail is ever a place a secret can sit in the clear (a release whose sign-in subject
+ * carried the code is what taught this). A copy of the database (WAL and free pages included) holds
+ * no part of a mail in the clear; the clear text exists only in memory, on the way in and out.
  */
-export function sealBodies(sealer: KeySealer, id: string, message: Pick<MailMessage, 'text' | 'html'>): { body_text: string; body_html: string } {
-  return { body_text: sealer.seal(message.text, aadOf(id, 'text')), body_html: sealer.seal(message.html, aadOf(id, 'html')) }
+export function sealMail(sealer: KeySealer, id: string, message: Pick<MailMessage, 'subject' | 'text' | 'html'>): SealedParts {
+  return {
+    subject: sealer.seal(message.subject, aadOf(id, 'subject')),
+    body_text: sealer.seal(message.text, aadOf(id, 'text')),
+    body_html: sealer.seal(message.html, aadOf(id, 'html')),
+  }
+}
+
+/** One part in the clear: as it is when stored before sealing (or erased, ''), else opened by the first of `sealers` that can; null when none can. */
+function openPart(sealers: KeySealer[], id: string, part: Part, value: string): string | null {
+  if (!KeySealer.isSealed(value)) return value
+  for (const sealer of sealers) {
+    const clear = sealer.tryOpen(value, aadOf(id, part))
+    if (clear !== null) return clear
+  }
+  return null
 }
 
 /**
- * The clear bodies of a row, opened with the first of `sealers` that opens them (throws
- * KeyEncryptionError when none does); a row queued before sealing (clear text) is read as it is.
+ * The clear mail of a row, each part opened with the first of `sealers` that opens it (throws
+ * KeyEncryptionError when none does); a part stored before sealing (clear text) is read as it is.
  */
-export function openBodies(sealers: KeySealer | KeySealer[], row: Pick<OutboxRow, 'id' | 'body_text' | 'body_html'>): { text: string; html: string } {
+export function openMail(sealers: KeySealer | KeySealer[], row: StoredMail): { subject: string; text: string; html: string } {
   const list = Array.isArray(sealers) ? sealers : [sealers]
-  const open = (value: string, part: 'text' | 'html') => {
-    if (!KeySealer.isSealed(value)) return value
-    for (const sealer of list) {
-      const clear = sealer.tryOpen(value, aadOf(row.id, part))
-      if (clear !== null) return clear
-    }
-    throw new KeyEncryptionError(`KEY_ENCRYPTION_KEY does not open queued mail ${row.id}`)
+  const open = (part: Part) => {
+    const clear = openPart(list, row.id, part, row[COLUMNS[part]])
+    if (clear === null) throw new KeyEncryptionError(`KEY_ENCRYPTION_KEY does not open queued mail ${row.id}`)
+    return clear
   }
-  return { text: open(row.body_text, 'text'), html: open(row.body_html, 'html') }
+  return { subject: open('subject'), text: open('text'), html: open('html') }
 }
 
-/** True when both bodies are sealed and `sealer` opens them. */
-export function sealedUnder(sealer: KeySealer, row: Pick<OutboxRow, 'id' | 'body_text' | 'body_html'>): boolean {
-  return (['text', 'html'] as const).every((part) => {
-    const value = part === 'text' ? row.body_text : row.body_html
-    return KeySealer.isSealed(value) && sealer.tryOpen(value, aadOf(row.id, part)) !== null
-  })
+/** The clear subject of a row (the record of a sent mail included), or null when no key opens it. */
+export function openSubject(sealers: KeySealer[], row: Pick<OutboxRow, 'id' | 'subject'>): string | null {
+  return openPart(sealers, row.id, 'subject', row.subject)
+}
+
+/**
+ * The row with every part still in the clear sealed under `sealer` (parts already sealed, under
+ * whichever key, and bodies erased after sending are left as they are); null when nothing is clear.
+ */
+export function sealClearParts(sealer: KeySealer, row: StoredMail): SealedParts | null {
+  const next: SealedParts = { subject: row.subject, body_text: row.body_text, body_html: row.body_html }
+  let changed = false
+  for (const part of PARTS) {
+    const value = row[COLUMNS[part]]
+    if (value === '' || KeySealer.isSealed(value)) continue
+    next[COLUMNS[part]] = sealer.seal(value, aadOf(row.id, part))
+    changed = true
+  }
+  return changed ? next : null
+}
+
+/**
+ * The row's parts moved from `from` to `to`: a clear part is sealed, a part `to` already opens is
+ * left alone (a repeated rewrap is harmless), an erased body stays erased. Null when nothing
+ * changes; 'unopenable' when a sealed part opens under neither key.
+ */
+export function resealParts(from: KeySealer, to: KeySealer, row: StoredMail): SealedParts | null | 'unopenable' {
+  const next: SealedParts = { subject: row.subject, body_text: row.body_text, body_html: row.body_html }
+  let changed = false
+  for (const part of PARTS) {
+    const value = row[COLUMNS[part]]
+    if (value === '' || to.tryOpen(value, aadOf(row.id, part)) !== null) continue
+    const clear = openPart([from], row.id, part, value)
+    if (clear === null) return 'unopenable'
+    next[COLUMNS[part]] = to.seal(clear, aadOf(row.id, part))
+    changed = true
+  }
+  return changed ? next : null
 }
 
 const mailTable = queueTable<OutboxRow>('mail_outbox', { erase: { body_text: '', body_html: '' } })
@@ -70,38 +124,47 @@ export const outbox = {
         user_id: mail.userId,
         kind: mail.kind,
         recipient: mail.message.to,
-        subject: mail.message.subject,
-        ...sealBodies(sealer, id, mail.message),
+        ...sealMail(sealer, id, mail.message),
         created_at: at,
         next_attempt_at: at,
       })
       .execute()
   },
 
-  /** Mail still waiting to be sent (bodies not yet erased), for re-sealing. */
-  async waiting(db: Executor): Promise<Pick<OutboxRow, 'id' | 'body_text' | 'body_html'>[]> {
+  /** Mail still waiting to be sent (bodies not yet erased), for sealing at start (an index range). */
+  async waiting(db: Executor): Promise<StoredMail[]> {
     return db
       .selectFrom('mail_outbox')
-      .select(['id', 'body_text', 'body_html'])
+      .select(['id', 'subject', 'body_text', 'body_html'])
       .where('sent_at', 'is', null)
       .where('failed_at', 'is', null)
       .execute()
   },
 
-  /** Swaps the bodies only if they are still `previous`, so a mail sent meanwhile (bodies erased) stays erased. */
-  async replaceBodies(db: Executor, id: string, previous: { body_text: string; body_html: string }, next: { body_text: string; body_html: string }): Promise<boolean> {
+  /**
+   * Every row, the records of mail sent or given up included (their subject stays sealed), for
+   * `keys rewrap`: a record left under the old key could not be shown in the user's export.
+   */
+  async all(db: Executor): Promise<(StoredMail & Pick<OutboxRow, 'sent_at' | 'failed_at'>)[]> {
+    return db.selectFrom('mail_outbox').select(['id', 'subject', 'body_text', 'body_html', 'sent_at', 'failed_at']).execute()
+  },
+
+  /** Swaps the parts only if they are still `previous`, so a mail sent meanwhile (bodies erased) stays erased. */
+  async replaceParts(db: Executor, id: string, previous: SealedParts, next: SealedParts): Promise<boolean> {
     const result = await db
       .updateTable('mail_outbox')
       .set(next)
       .where('id', '=', id)
+      .where('subject', '=', previous.subject)
       .where('body_text', '=', previous.body_text)
       .where('body_html', '=', previous.body_html)
       .executeTakeFirst()
     return result.numUpdatedRows > 0n
   },
 
-  // Leasing, closing (the bodies, which hold a link with a token, are erased either way), retrying,
-  // counting and retention: the durable queues' shared table calls (src/queue/table.ts).
+  // Leasing, closing (the bodies, which hold a link with a token, are erased either way; the sealed
+  // subject stays as the record's), retrying, counting and retention: the durable queues' shared
+  // table calls (src/queue/table.ts).
   claim: mailTable.claim,
   close: mailTable.close,
   retryAt: mailTable.retryAt,

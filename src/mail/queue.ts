@@ -7,7 +7,7 @@ import type { Metrics } from '../http/metrics.ts'
 import type { Logger } from '../logger.ts'
 import { DurableQueue, type DurableQueueNames, type DurableQueueOptions } from '../queue/durable.ts'
 import type { MailMessage, MailTransport } from './index.ts'
-import { openBodies, outbox, outboxStore, sealBodies, sealedUnder, type OutboxRow } from './outbox.ts'
+import { openMail, openSubject, outbox, outboxStore, resealParts, sealClearParts, type OutboxRow } from './outbox.ts'
 
 /**
  * The mail queue's timings (leaseMs from MAIL_LEASE_SECONDS, maxAgeMs from MAIL_MAX_AGE_HOURS);
@@ -31,6 +31,21 @@ export const MAIL_RECORD_KEEP_MS = 7 * 24 * 3600_000
 function isPermanent(error: unknown): boolean {
   const code = (error as { responseCode?: unknown }).responseCode
   return typeof code === 'number' && code >= 500 && code < 600
+}
+
+/**
+ * The failure of a delivery as the queue records it (in `last_error`, in the clear) and logs it:
+ * a relay may quote what it refuses ("550 rejected: <subject>"), so any part of the mail the
+ * message repeats (its subject, or a line of its text: the link, the code) is cut out of it first.
+ * The error keeps its class and `responseCode`, which decide whether it is retried.
+ */
+function withoutContent(error: unknown, mail: MailMessage): unknown {
+  if (!(error instanceof Error)) return error
+  const pieces = [mail.subject, ...mail.text.split('\n').map((line) => line.trim())].filter((piece) => piece.length >= 6)
+  let message = error.message
+  for (const piece of pieces.sort((a, b) => b.length - a.length)) message = message.split(piece).join('[mail content]')
+  if (message !== error.message) error.message = message
+  return error
 }
 
 /** Published: operators alert on these metrics and search for these lines, so they are never renamed. */
@@ -64,8 +79,9 @@ export class MailQueue {
     private readonly db: Db,
     transport: MailTransport,
     /**
-     * Seals the bodies at rest (they carry one-time links) and opens them to send; during a
-     * `keys rewrap` an instance given OLD_KEY_ENCRYPTION_KEY as well still opens mail sealed under it.
+     * Seal the mail at rest, subject and bodies (the bodies carry one-time links), and open it to
+     * send; during a `keys rewrap` an instance given OLD_KEY_ENCRYPTION_KEY as well still opens
+     * mail sealed under it.
      */
     private readonly sealers: { current: KeySealer; previous?: KeySealer | undefined },
     private readonly clock: Clock,
@@ -75,8 +91,15 @@ export class MailQueue {
   ) {
     this.queue = new DurableQueue({
       store: outboxStore(db),
-      // Opened here, inside the delivery: a body no key opens is a failed attempt, not a failed pass.
-      deliver: (row) => transport.send({ to: row.recipient, subject: row.subject, ...openBodies(this.openers, row) }),
+      // Opened here, inside the delivery: a mail no key opens is a failed attempt, not a failed pass.
+      deliver: async (row) => {
+        const mail = { to: row.recipient, ...openMail(this.openers, row) }
+        try {
+          await transport.send(mail)
+        } catch (error) {
+          throw withoutContent(error, mail)
+        }
+      },
       isPermanent,
       clock,
       logger,
@@ -96,17 +119,27 @@ export class MailQueue {
   }
 
   /**
-   * Seals the bodies of mail queued in the clear (by a release before sealing), so an upgrade
-   * leaves no link readable at rest. Conditional on the clear value, so two instances starting
-   * together seal each row once.
+   * Seals every part of waiting mail still in the clear (queued by a release that sealed only the
+   * bodies, or none), so an upgrade leaves no link or code readable at rest. A part already sealed
+   * is left under its key: mail an instance still on the old key queued during a `keys rewrap` is
+   * opened with OLD_KEY_ENCRYPTION_KEY when sent. Conditional on the values read, so two instances
+   * starting together seal each row once.
    */
   async sealWaiting(): Promise<number> {
     let sealed = 0
     for (const row of await outbox.waiting(this.db.kysely)) {
-      if (sealedUnder(this.sealers.current, row)) continue
-      if (await outbox.replaceBodies(this.db.kysely, row.id, row, sealBodies(this.sealers.current, row.id, openBodies(this.sealers.current, row)))) sealed++
+      const next = sealClearParts(this.sealers.current, row)
+      if (next && (await outbox.replaceParts(this.db.kysely, row.id, row, next))) sealed++
     }
     return sealed
+  }
+
+  /**
+   * The clear subject of a mail the queue holds or has sent (the user's export shows it); empty
+   * when no key given opens it, which only a record sealed under a key since retired can be.
+   */
+  subjectOf(row: Pick<OutboxRow, 'id' | 'subject'>): string {
+    return openSubject(this.openers, row) ?? ''
   }
 
   start(): void {
@@ -130,22 +163,22 @@ export class MailQueue {
 }
 
 /**
- * `keys rewrap`'s part for the mail queue: re-seals the bodies of waiting mail from one
- * key-encryption key to the other, inside the caller's transaction. A body the new key already
- * opens is left alone (a repeated rewrap is harmless); one neither key opens stops the rewrap.
+ * `keys rewrap`'s part for the mail queue: re-seals every sealed part of every row from one
+ * key-encryption key to the other (and seals any part still clear), inside the caller's
+ * transaction: the subject and bodies of waiting mail, and the subject the record of sent mail
+ * keeps (the export opens it). A part the new key already opens is left alone (a repeated rewrap is
+ * harmless). Waiting mail neither key opens stops the rewrap; a record neither opens (sealed under
+ * a key retired before) is left for retention, since nothing needs to send it.
  */
-export async function rewrapWaitingMail(trx: Kysely<Database>, from: KeySealer, to: KeySealer): Promise<number> {
+export async function rewrapMail(trx: Kysely<Database>, from: KeySealer, to: KeySealer): Promise<number> {
   let rewrapped = 0
-  for (const row of await outbox.waiting(trx)) {
-    if (sealedUnder(to, row)) continue
-    let bodies: { text: string; html: string }
-    try {
-      bodies = openBodies([from, to], row)
-    } catch {
-      throw new KeyEncryptionError(`OLD_KEY_ENCRYPTION_KEY does not decrypt queued mail ${row.id}; nothing was changed`)
+  for (const row of await outbox.all(trx)) {
+    const next = resealParts(from, to, row)
+    if (next === 'unopenable') {
+      if (row.sent_at === null && row.failed_at === null) throw new KeyEncryptionError(`OLD_KEY_ENCRYPTION_KEY does not decrypt queued mail ${row.id}; nothing was changed`)
+      continue
     }
-    await outbox.replaceBodies(trx, row.id, row, sealBodies(to, row.id, bodies))
-    rewrapped++
+    if (next && (await outbox.replaceParts(trx, row.id, row, next))) rewrapped++
   }
   return rewrapped
 }

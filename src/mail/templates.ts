@@ -26,6 +26,10 @@ interface ActionMail {
  * reads the same in a client that blocks images or ignores styles.
  */
 function actionMail(brand: MailBrand, mail: ActionMail): MailMessage {
+  // The subject is the one part of a mail that shows where the body does not: in a lock-screen
+  // preview, a mail client's list, a relay's log. So it never carries the link or the code
+  // (docs/SECURITY.md, the third review); a template that tried is a bug, caught on its first use.
+  if (mail.subject.includes(mail.token) || mail.subject.includes(mail.link)) throw new Error('a mail subject must not carry its link or code')
   const text = [mail.intro, '', `${mail.lead}:`, mail.link, '', `${mail.codeLabel}:`, mail.token, '', mail.outro].join('\n')
   return { to: mail.to, subject: mail.subject, text, html: htmlDocument(brand, mail).value }
 }
@@ -119,7 +123,8 @@ export function identityLinkedMail(brand: MailBrand, to: string, provider: strin
 export function signInCodeMail(brand: MailBrand, to: string, link: string, code: string): MailMessage {
   return actionMail(brand, {
     to,
-    subject: `Your ${brand.appName} sign-in code: ${code}`,
+    // Not the code: a subject is shown in lock-screen previews and kept where the body is not.
+    subject: `Your ${brand.appName} sign-in code`,
     intro: `Someone asked to sign in to ${brand.appName} with this address.`,
     action: 'Sign in',
     lead: 'Open this link to sign in (it works once, for 10 minutes)',
@@ -142,5 +147,24 @@ export function emailChangeMail(brand: MailBrand, to: string, link: string, toke
     codeLabel: 'The confirmation code in the link',
     token,
     outro: 'If it was not you, ignore this message: nothing changes without the link.',
+  })
+}
+
+/**
+ * The notice to the old address when a change of address is asked for: unlike the other notices it
+ * carries a link, the one that cancels the change, since the owner reading it may not be the one who
+ * asked (a password that leaked, a session left open). The link only ever undoes; it grants nothing.
+ */
+export function emailChangeNoticeMail(brand: MailBrand, to: string, newEmail: string, cancelLink: string, token: string): MailMessage {
+  return actionMail(brand, {
+    to,
+    subject: 'A change of your e-mail address was asked for',
+    intro: `Someone signed in to your ${brand.appName} account asked to change its address to ${newEmail}. Nothing changes unless the link sent to that address is used within 24 hours.`,
+    action: 'Cancel the change',
+    lead: 'If it was not you, open this link to cancel the change and sign out the session that asked for it',
+    link: cancelLink,
+    codeLabel: 'The cancellation code in the link',
+    token,
+    outro: 'If it was not you, also reset your password and sign out of every device.',
   })
 }

@@ -130,3 +130,14 @@ export function linkFromMail(mail: ReceivedMail): string {
   if (!match) throw new Error(`no link in mail:\n${text}`)
   return match[1]!
 }
+
+/**
+ * The 6-digit code of an e-mailed sign-in: the line of the text part that is only the code. Read
+ * from the body, never the subject, which carries no code (docs/SECURITY.md, the third review).
+ */
+export function signInCodeFromMail(mail: ReceivedMail): string {
+  const text = mailParts(mail.raw).parts['text/plain'] ?? ''
+  const match = /^(\d{6})$/m.exec(text)
+  if (!match) throw new Error(`no sign-in code in mail:\n${text}`)
+  return match[1]!
+}
