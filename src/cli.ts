@@ -181,7 +181,7 @@ function accounts(context: Context, run: (service: AccountService) => Promise<nu
 
 /** The account operations, writing their webhook events as the server does (a running instance delivers them). */
 async function accountServiceOn(db: Db, clock: Clock): Promise<AccountService> {
-  return new AccountService(db, clock, accountSignOut(clock), await writeOnlyOutbox(db.kysely, clock))
+  return new AccountService(db, clock, accountSignOut(clock), writeOnlyOutbox(db, clock))
 }
 
 /** The webhook endpoints on the server's database, sealing secrets under the server's key. */

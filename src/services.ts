@@ -43,6 +43,7 @@ import { ResourceTokens } from './provider/resource.ts'
 import { endProviderGrants, endProviderSessions } from './provider/logouts.ts'
 import { ProviderService } from './provider/service.ts'
 import { ProfileService } from './profile/service.ts'
+import type { Resolve } from './webhooks/sender.ts'
 import { WebhookService } from './webhooks/service.ts'
 import type { DurableQueueOptions } from './queue/durable.ts'
 import { Retention } from './retention.ts'
@@ -74,8 +75,8 @@ export interface AppOverrides {
   tokenCacheSize?: number
   /** Rows a retention batch deletes (tests make it small to see several batches). */
   retentionBatch?: number
-  /** Webhook queue timings and the receivers' time to answer (tests make them short). */
-  webhooks?: { queue?: Partial<DurableQueueOptions>; timeoutMs?: number }
+  /** Webhook queue timings and the receivers' time to answer (tests make them short); how endpoint names resolve (tests resolve one to loopback). */
+  webhooks?: { queue?: Partial<DurableQueueOptions>; timeoutMs?: number; resolve?: Resolve }
 }
 
 export interface AppServices {
@@ -192,6 +193,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     db, clock, sealer, logger, cursors, metrics: infra.metrics, production: config.production,
     ...(overrides.webhooks?.queue ? { queue: overrides.webhooks.queue } : {}),
     ...(overrides.webhooks?.timeoutMs ? { timeoutMs: overrides.webhooks.timeoutMs } : {}),
+    ...(overrides.webhooks?.resolve ? { resolve: overrides.webhooks.resolve } : {}),
   })
   const events = webhooks.outbox
   const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock, ...(overrides.tokenCacheSize ? { cacheSize: overrides.tokenCacheSize } : {}) })

@@ -1,6 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import type { Clock } from '../clock.ts'
+import type { Db, Engine } from '../db/index.ts'
 import type { Database } from '../db/schema.ts'
 import { deliveries, endpoints, nextSequence } from './store.ts'
 
@@ -39,27 +40,24 @@ export interface AccountEvents {
   emit(trx: Executor, type: WebhookEventType, subject: EventSubject, data?: Record<string, unknown>): Promise<void>
 }
 
-/** An endpoint as the outbox needs it: which events it takes. */
-export interface Subscriber {
-  id: string
-  events: ReadonlySet<string>
-}
-
 /**
- * Writes one delivery row per endpoint that takes the event. The endpoints come from `subscribers()`,
- * a list kept in memory (src/webhooks/service.ts), so a change of an account with no endpoint
- * configured costs nothing, and one with endpoints costs one sequence upsert and one insert.
+ * Writes one delivery row per endpoint that takes the event. The endpoints are read in the event's
+ * own transaction (store.ts, `endpoints.subscribed`), so the set an event fans out to is the one
+ * committed when it is written, whichever instance or process writes it: an endpoint whose creation
+ * has returned gets every later event, and a removed one gets none and never makes the change fail.
+ * A change that no endpoint wants costs that one read; one that some want, one sequence upsert and
+ * one insert more.
  */
 export class WebhookOutbox implements AccountEvents {
   constructor(
+    private readonly engine: Engine,
     private readonly clock: Clock,
-    private readonly subscribers: () => readonly Subscriber[],
     /** Told after rows were written, so the queue looks for them soon (the poll finds them anyway). */
     private readonly queued: () => void,
   ) {}
 
   async emit(trx: Executor, type: WebhookEventType, subject: EventSubject, data: Record<string, unknown> = {}): Promise<void> {
-    const targets = this.subscribers().filter((endpoint) => endpoint.events.has('*') || endpoint.events.has(type))
+    const targets = await endpoints.subscribed(trx, this.engine, type)
     if (targets.length === 0) return
     const now = this.clock.now()
     const sequence = await nextSequence(trx, subject.id)
@@ -85,16 +83,7 @@ export class WebhookOutbox implements AccountEvents {
   }
 }
 
-/** The enabled endpoints' filters as stored now. */
-export async function storedSubscribers(db: Executor): Promise<Subscriber[]> {
-  return (await endpoints.list(db)).filter((row) => row.enabled === 1).map((row) => ({ id: row.id, events: new Set(row.events.split(' ')) }))
-}
-
-/**
- * The outbox of a process that writes events but does not deliver them (the CLI): the endpoints as
- * stored when it starts; a running instance's queue finds the rows and delivers them.
- */
-export async function writeOnlyOutbox(db: Executor, clock: Clock): Promise<WebhookOutbox> {
-  const subscribers = await storedSubscribers(db)
-  return new WebhookOutbox(clock, () => subscribers, () => {})
+/** The outbox of a process that writes events but does not deliver them (the CLI): a running instance's queue finds the rows. */
+export function writeOnlyOutbox(db: Db, clock: Clock): WebhookOutbox {
+  return new WebhookOutbox(db.engine, clock, () => {})
 }

@@ -5,7 +5,7 @@ import { WEBHOOK_EVENTS } from './events.ts'
 /** The webhook admin routes' schemas: they validate, serialise and document (tag `admin`). */
 const EventName = Type.String({ minLength: 1, maxLength: 64, description: `One of ${WEBHOOK_EVENTS.join(', ')}, or * for all` })
 const Events = Type.Array(EventName, { minItems: 1, maxItems: 20 })
-const Url = Type.String({ minLength: 1, maxLength: 2048, description: 'Where events are POSTed: https in production' })
+const Url = Type.String({ minLength: 1, maxLength: 2048, description: 'Where events are POSTed: in production https, and never to a loopback, private, link-local or other special-use address' })
 const Description = Type.Union([Type.String({ maxLength: 200 }), Type.Null()])
 
 export const Webhook = Type.Object({

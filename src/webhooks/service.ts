@@ -5,12 +5,14 @@ import type { Rewrap } from '../auth/keys.ts'
 import type { Clock } from '../clock.ts'
 import { keysetPage, type CursorCodec } from '../cursor.ts'
 import type { Db } from '../db/index.ts'
-import { AppError, causeChain, type ErrorDetail } from '../errors.ts'
+import { AppError, type ErrorDetail } from '../errors.ts'
 import type { Metrics } from '../http/metrics.ts'
 import type { Logger } from '../logger.ts'
 import { DurableQueue, type DurableQueueNames, type DurableQueueOptions } from '../queue/durable.ts'
 import { cleanLabel, isUuid } from '../text.ts'
-import { storedSubscribers, WEBHOOK_EVENTS, WebhookOutbox, type Subscriber } from './events.ts'
+import { refusedHost } from './addresses.ts'
+import { WEBHOOK_EVENTS, WebhookOutbox } from './events.ts'
+import { Sender, systemResolve, Unreachable, type Resolve } from './sender.ts'
 import { deliveries, deliveryTable, endpoints, type DeliveryRow, type EndpointRow } from './store.ts'
 
 /**
@@ -39,11 +41,9 @@ export const HOLD_MS = 60_000
 export const DISABLE_AFTER_MS = 3 * 24 * 3600_000
 /** After a rotation the previous secret signs too, for this long. */
 export const SECRET_OVERLAP_MS = 24 * 3600_000
-/** How often each instance reloads the endpoints (another instance's change reaches it within this). */
-const RELOAD_MS = 5000
 const URL_MAX = 2048
 const DESCRIPTION_MAX = 200
-/** Endpoints a deployment may have: each is a lane and a fan-out on every event. */
+/** Endpoints a deployment may have: each is a lane, and a row the fan-out of every event reads. */
 const ENDPOINTS_MAX = 20
 
 /** Published: operators alert on these names. */
@@ -63,9 +63,6 @@ const NAMES: DurableQueueNames<DeliveryRow> = {
 
 /** A failure no retry can cure: the endpoint is gone or disabled, or the payload was erased. */
 class Undeliverable extends Error {}
-
-/** The receiver could not be reached (refused, unresolvable, no answer in time): its lane rests. */
-class Unreachable extends Error {}
 
 /** The endpoint as the admin API shows it: never its secret. */
 export interface WebhookView {
@@ -107,8 +104,10 @@ export interface WebhookDeps {
   logger: Logger
   metrics: Metrics
   cursors: CursorCodec
-  /** Production: only https endpoints. */
+  /** Production: only https endpoints, never to a special-use address (src/webhooks/addresses.ts). */
   production: boolean
+  /** How endpoint names become addresses; the system's resolver unless a test gives its own. */
+  resolve?: Resolve
   /** Queue timings (tests make them short). */
   queue?: Partial<DurableQueueOptions>
   /** The receiver's time to answer (tests make it short). */
@@ -137,16 +136,16 @@ export function signature(secret: string, id: string, timestamp: number, body: s
 export class WebhookService {
   readonly outbox: WebhookOutbox
   private readonly queue: DurableQueue<DeliveryRow>
-  private subscribers: Subscriber[] = []
-  private reloader: NodeJS.Timeout | null = null
   private kickSoon: NodeJS.Timeout | null = null
   private readonly timeoutMs: number
+  private readonly sender: Sender
   /** The HTTP status of each row's attempt under way, until its outcome is written. */
   private readonly statusOf = new Map<string, number | null>()
 
   constructor(private readonly deps: WebhookDeps) {
     this.timeoutMs = deps.timeoutMs ?? TIMEOUT_MS
-    this.outbox = new WebhookOutbox(deps.clock, () => this.subscribers, () => this.queuedSoon())
+    this.outbox = new WebhookOutbox(deps.db.engine, deps.clock, () => this.queuedSoon())
+    this.sender = new Sender({ production: deps.production, resolve: deps.resolve ?? systemResolve, timeoutMs: this.timeoutMs })
     const options = { ...WEBHOOK_QUEUE, ...deps.queue }
     const table = deliveryTable.store(deps.db)
     this.queue = new DurableQueue({
@@ -174,27 +173,20 @@ export class WebhookService {
     return this.deps.db.kysely
   }
 
-  /** Loads the endpoints, then reloads them every few seconds and starts the queue. */
+  /** Starts delivering. The outbox needs nothing started: it reads the endpoints as each event is written. */
   async start(): Promise<void> {
-    await this.reload()
-    this.reloader = setInterval(() => void this.reload().catch(() => {}), RELOAD_MS)
-    this.reloader.unref()
     this.queue.start()
   }
 
   async stop(): Promise<void> {
-    if (this.reloader) clearInterval(this.reloader)
     if (this.kickSoon) clearTimeout(this.kickSoon)
     await this.queue.stop()
+    this.sender.close()
   }
 
   /** Resolves once every delivery due now has been tried once more (tests wait on it). */
   flush(): Promise<void> {
     return this.queue.flush()
-  }
-
-  private async reload(): Promise<void> {
-    this.subscribers = await storedSubscribers(this.db)
   }
 
   /**
@@ -227,30 +219,22 @@ export class WebhookService {
     if (endpoint.previous_secret !== null && (endpoint.previous_secret_until ?? 0) > now) secrets.push(this.deps.sealer.open(endpoint.previous_secret, secretAad(endpoint.id)))
     let status: number | null = null
     try {
-      const answer = await fetch(endpoint.url, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'user-agent': 'Portcullis-Webhooks',
-          'webhook-id': row.event_id,
-          'webhook-timestamp': String(timestamp),
-          'webhook-signature': secrets.map((secret) => signature(secret, row.event_id, timestamp, row.payload!)).join(' '),
-        },
-        body: row.payload,
-        // A redirect is not followed: the endpoint registered is where events go.
-        redirect: 'manual',
-        signal: AbortSignal.timeout(this.timeoutMs),
-      })
-      status = answer.status
-      // The body is not read; releasing it lets the connection be used again.
-      await answer.body?.cancel().catch(() => {})
+      // A redirect is not followed (the sender never does): the endpoint registered is where events go.
+      status = await this.sender.post(endpoint.url, {
+        'content-type': 'application/json',
+        'user-agent': 'Portcullis-Webhooks',
+        'webhook-id': row.event_id,
+        'webhook-timestamp': String(timestamp),
+        'webhook-signature': secrets.map((secret) => signature(secret, row.event_id, timestamp, row.payload!)).join(' '),
+      }, row.payload)
       if (status < 200 || status > 299) throw new Error(`the endpoint answered ${status}`)
     } catch (error) {
       this.statusOf.set(row.id, status)
+      // The deliveries log gets the generic message (in production); the operator's log, the cause.
+      if (error instanceof Unreachable && error.detail !== error.message) this.deps.logger.warn({ webhook: { endpoint_id: endpoint.id, event_id: row.event_id }, err: { message: error.detail } }, 'webhook endpoint could not be reached')
       // This failure disabled the endpoint: this row is given up with the others, not retried.
       if (await this.failed(endpoint, now)) throw new Undeliverable('the endpoint was disabled after three days of failures')
-      if (status !== null) throw error
-      throw new Unreachable(error instanceof Error && error.name === 'TimeoutError' ? `no answer within ${this.timeoutMs / 1000} s` : causeChain(error))
+      throw error
     }
     this.statusOf.set(row.id, status)
     if (endpoint.failing_since !== null) await endpoints.succeeding(this.db, endpoint.id)
@@ -274,7 +258,6 @@ export class WebhookService {
     })
     if (!disabled) return false
     this.deps.logger.error({ webhook: { endpoint_id: endpoint.id } }, 'webhook endpoint disabled after three days of failures')
-    await this.reload()
     return true
   }
 
@@ -285,16 +268,20 @@ export class WebhookService {
     const now = this.deps.clock.now()
     const id = randomUUID()
     const secret = newSecret()
+    // Committed before this returns: from then on every event written, on any instance or by the
+    // CLI, reads it in its own transaction (src/webhooks/events.ts) and fans out to it.
     await this.db.transaction().execute(async (trx) => {
-      if ((await endpoints.list(trx)).length >= ENDPOINTS_MAX) throw new AppError('LIMIT_EXCEEDED', { message: `A deployment holds at most ${ENDPOINTS_MAX} webhook endpoints.` })
+      await endpoints.serialiseCreation(trx, this.deps.db.engine)
+      // The insert before the count: on SQLite the transaction then holds the write lock while it
+      // counts, rather than reading first and failing to upgrade when another process wrote meanwhile.
       await endpoints.insert(trx, {
         id, url: clean.url, events: clean.events.join(' '), description: clean.description, enabled: clean.enabled ? 1 : 0,
         secret: this.deps.sealer.seal(secret, secretAad(id)), previous_secret: null, previous_secret_until: null,
         failing_since: null, disabled_reason: null, created_at: now, updated_at: now,
       })
+      if ((await endpoints.count(trx)) > ENDPOINTS_MAX) throw new AppError('LIMIT_EXCEEDED', { message: `A deployment holds at most ${ENDPOINTS_MAX} webhook endpoints.` })
       await recordEvent(trx, this.deps.clock, { type: 'webhook.created', userId: null, reason: id, context })
     })
-    await this.reload()
     return { webhook: await this.get(id), secret }
   }
 
@@ -330,7 +317,6 @@ export class WebhookService {
       if (!merged.enabled && row.enabled === 1) await deliveries.giveUpOpen(trx, id, now, 'the endpoint was disabled')
       await recordEvent(trx, this.deps.clock, { type: 'webhook.updated', userId: null, reason: id, context })
     })
-    await this.reload()
     return this.get(id)
   }
 
@@ -340,7 +326,6 @@ export class WebhookService {
       if (!(await endpoints.delete(trx, id))) throw new AppError('NOT_FOUND')
       await recordEvent(trx, this.deps.clock, { type: 'webhook.removed', userId: null, reason: id, context })
     })
-    await this.reload()
   }
 
   /** A new secret, shown once; the previous one keeps signing beside it for SECRET_OVERLAP_MS. */
@@ -388,6 +373,9 @@ export class WebhookService {
       details.push({ field: 'url', message: 'must be an http(s) URL without credentials or fragment' })
     } else if (this.deps.production && url.protocol !== 'https:') {
       details.push({ field: 'url', message: 'must be https in production' })
+    } else if (this.deps.production && refusedHost(url)) {
+      // A name is judged again at each connection, on what it resolves to then (src/webhooks/sender.ts).
+      details.push({ field: 'url', message: 'must not point at a loopback, private, link-local or other special-use address in production' })
     }
     const events = [...new Set(input.events)]
     if (events.length === 0) details.push({ field: 'events', message: 'must name at least one event, or *' })

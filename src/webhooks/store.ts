@@ -1,12 +1,15 @@
-import type { Kysely, Selectable } from 'kysely'
+import { sql, type Kysely, type Selectable } from 'kysely'
 import type { TimeId } from '../cursor.ts'
-import type { Db } from '../db/index.ts'
+import type { Db, Engine } from '../db/index.ts'
 import type { Database, WebhookDeliveriesTable, WebhookEndpointsTable } from '../db/schema.ts'
 import { queueTable } from '../queue/table.ts'
 
 type Executor = Kysely<Database>
 export type EndpointRow = Selectable<WebhookEndpointsTable>
 export type DeliveryRow = Selectable<WebhookDeliveriesTable>
+
+/** The advisory lock that serialises registrations of endpoints on PostgreSQL ('whk' and 1). */
+const ENDPOINTS_LOCK = 0x77686b01
 
 /** Newest first by (created_at, id), strictly before the position: the deliveries log's pages. */
 const LAST: TimeId = { t: Number.MAX_SAFE_INTEGER, id: '' }
@@ -22,6 +25,49 @@ export const endpoints = {
 
   async list(db: Executor): Promise<EndpointRow[]> {
     return db.selectFrom('webhook_endpoints').selectAll().orderBy('created_at').orderBy('id').execute()
+  },
+
+  async count(db: Executor): Promise<number> {
+    const row = await db.selectFrom('webhook_endpoints').select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()
+    return Number(row.n)
+  },
+
+  /**
+   * Makes concurrent registrations of endpoints take turns until commit, so that the cap counted
+   * inside each holds. PostgreSQL only: on SQLite the insert that precedes the count already holds
+   * the database's one write lock.
+   */
+  async serialiseCreation(db: Executor, engine: Engine): Promise<void> {
+    if (engine === 'postgres') await sql`select pg_advisory_xact_lock(${ENDPOINTS_LOCK})`.execute(db)
+  },
+
+  /**
+   * The outbox's fan-out, read in the transaction that writes the event: the enabled endpoints that
+   * take `type`. The table holds at most 20 rows (the cap in src/webhooks/service.ts), so this is
+   * one read of a page or two; no index would beat it, and a deployment with no endpoint pays this
+   * one cheap query per event and nothing more.
+   *
+   * On PostgreSQL the rows are also locked FOR KEY SHARE until the event's transaction ends, so the
+   * delivery rows inserted next cannot meet a foreign-key violation: under READ COMMITTED an
+   * endpoint read here could otherwise be deleted and committed before the insert (even inside one
+   * INSERT ... SELECT, whose foreign-key check looks at the latest rows, not the statement's
+   * snapshot), and the user's change would fail for an operator's tidying. KEY SHARE conflicts only
+   * with a DELETE (a PATCH, a rotation or the queue's own updates change no key and pass freely);
+   * SKIP LOCKED makes an endpoint being deleted right now count as deleted already, instead of
+   * making the change wait on the removal (which may be deleting a long log of deliveries). A removal
+   * that then rolls back has cost the events written meanwhile that endpoint: the price of never
+   * waiting. On SQLite the event's transaction already holds the one write lock (it wrote the
+   * change first), so no removal can commit between this read and the insert.
+   */
+  async subscribed(db: Executor, engine: Engine, type: string): Promise<{ id: string }[]> {
+    const pattern = `% ${type.replace(/[\\%_]/g, (c) => `\\${c}`)} %`
+    let query = db
+      .selectFrom('webhook_endpoints')
+      .select('id')
+      .where('enabled', '=', 1)
+      .where((eb) => eb.or([eb('events', '=', '*'), eb(sql<string>`' ' || events || ' '`, 'like', sql<string>`${pattern} escape '\\'`)]))
+    if (engine === 'postgres') query = query.forKeyShare().skipLocked()
+    return query.execute()
   },
 
   /** Takes the row's write lock for the rest of the transaction and returns it (two PATCHes merge one after the other). */

@@ -225,7 +225,6 @@ describe('two instances on PostgreSQL', () => {
     try {
       instances.push(await start({ ...serviceEnv(storage), PORT: String(portA) }))
       await addEndpoint(apis[0]!, await apiKey(storage), receiver)
-      // B starts after the endpoint exists, so it knows it at once (else within its 5 s reload).
       instances.push(await start({ ...serviceEnv(storage), PORT: String(portB) }))
 
       // 100 registrations, alternating between the instances, 8 at a time.
