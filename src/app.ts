@@ -4,6 +4,7 @@ import { dataRightsRoutes, protectedLifecycleRoutes, publicLifecycleRoutes } fro
 import { adminRoutes } from './admin/routes.ts'
 import { CookieTransport } from './auth/cookie-transport.ts'
 import { protectedAuthRoutes, publicAuthRoutes } from './auth/routes.ts'
+import { BotProtection, CaptchaVerifier } from './captcha/verifier.ts'
 import type { Config } from './config.ts'
 import { AppError } from './errors.ts'
 import { protect } from './http/bearer.ts'
@@ -164,6 +165,13 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   await registerApiDocs(app, config.publicUrl, config.exposure.docs)
 
   const { auth, mfa, oidc, lifecycle, dataRights, admin, apiKeys, db, keys, watchlists, limits, hasher, metrics, readiness } = services
+  // Bot protection on the routes that make an account or mail an address, and on the pages' forms
+  // for them (src/captcha/); off unless CAPTCHA_PROVIDER is set.
+  const captcha = new BotProtection(config.captcha && new CaptchaVerifier(config.captcha, app.log, metrics.counter({
+    name: 'portcullis_captcha_checks_total',
+    help: 'Bot checks by outcome: passed, missing, refused (400), unavailable (the provider could not be asked: 503).',
+    labelNames: ['outcome'] as const,
+  })))
   // The sensitive actions need a recent second factor when the account has one (src/mfa/).
   const recent = recentSecondFactor(mfa)
   const brand = { appName: config.appName, appUrl: config.appUrl }
@@ -172,7 +180,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   const metadataUrl = resourceMetadataUrl(config.publicUrl, config.basePath)
   await app.register(opsRoutes, { db, keys, metrics, readiness, metricsAccess: config.exposure.metrics })
   // The pages behind the mailed links, at the root of PUBLIC_URL (outside the base path).
-  await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand, ownOrigin: new URL(config.publicUrl).origin })
+  await app.register(pageRoutes, { auth, lifecycle, limits, hasher, brand, captcha, ownOrigin: new URL(config.publicUrl).origin })
   // The e-mailed sign-in link's page, beside them (src/email/).
   await app.register(emailPageRoutes, { email: services.email, limits, brand, ownOrigin: new URL(config.publicUrl).origin })
   // The change-of-address link's page, beside them (src/profile/).
@@ -185,18 +193,19 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     oidc,
     oidcCookie: oidcRoutes,
     email: services.email,
+    captcha,
   })
   await app.register(
     async (api) => {
       await api.register(async (open) => {
         advertiseResourceMetadata(open, metadataUrl)
-        await publicAuthRoutes(open, auth, limits, hasher, cookies)
-        await publicLifecycleRoutes(open, lifecycle, limits, hasher, cookies)
+        await publicAuthRoutes(open, auth, limits, hasher, cookies, captcha)
+        await publicLifecycleRoutes(open, lifecycle, limits, hasher, cookies, captcha)
         await publicMfaRoutes(open, mfa, limits, cookies, auth)
         // Sign-in with an identity provider (src/oidc/).
         await publicOidcRoutes(open, oidc, limits, cookies, oidcRoutes)
         // Sign-in with an e-mailed code or link (src/email/).
-        await publicEmailRoutes(open, services.email, limits, cookies, { secure: secureCookies })
+        await publicEmailRoutes(open, services.email, limits, cookies, { secure: secureCookies, captcha })
       })
       await api.register(async (scope) => {
         advertiseResourceMetadata(scope, metadataUrl)

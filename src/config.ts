@@ -4,6 +4,8 @@ import path from 'node:path'
 import Type, { type Static } from 'typebox'
 import Value from 'typebox/value'
 import { decodeKek } from './auth/key-encryption.ts'
+import { PROVIDERS } from './captcha/providers.ts'
+import type { CaptchaSettings } from './captcha/verifier.ts'
 
 /**
  * Every environment variable the service reads, in one schema. The configuration type is derived
@@ -49,6 +51,11 @@ const EnvSchema = Type.Object({
   OIDC_PROVIDERS: Type.Optional(Type.String({ minLength: 1, maxLength: 400 })),
   OIDC_REDIRECT_ORIGINS: Type.Optional(Type.String({ minLength: 1 })),
   EMAIL_SIGNUP: Type.Boolean({ default: false }),
+  CAPTCHA_PROVIDER: Type.Optional(Type.Union([Type.Literal('turnstile'), Type.Literal('hcaptcha')])),
+  CAPTCHA_SECRET: Type.Optional(Type.String({ minLength: 1, maxLength: 512, pattern: '^[\\x21-\\x7e]+$' })),
+  CAPTCHA_SITE_KEY: Type.Optional(Type.String({ minLength: 1, maxLength: 256, pattern: '^[A-Za-z0-9_-]+$' })),
+  CAPTCHA_VERIFY_URL: Type.Optional(Type.String({ pattern: '^https?://[^/?#\\s]+(/[^\\s]*)?$' })),
+  CAPTCHA_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, maximum: 30, default: 5 }),
   METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16, maxLength: 512, pattern: '^[\\x21-\\x7e]+$' })),
   METRICS_PUBLIC: Type.Boolean({ default: false }),
   DOCS: Type.Optional(Type.Union([Type.Literal('on'), Type.Literal('off')])),
@@ -104,6 +111,8 @@ function describe(variable: string, schema: unknown): string {
   if (s.type === 'boolean') return 'must be true or false'
   if (variable === 'METRICS_TOKEN') return 'must be 16 to 512 printable characters without spaces (openssl rand -hex 32)'
   if (variable === 'APP_NAME') return 'must be 1 to 60 characters without control characters'
+  if (variable === 'CAPTCHA_SECRET') return 'must be the secret key from the provider\'s dashboard (printable characters, no spaces)'
+  if (variable === 'CAPTCHA_SITE_KEY') return 'must be the site key from the provider\'s dashboard (letters, digits, - and _)'
   if (variable === 'OP_ISSUER') return 'must be an origin with no path (https://id.example.com): the provider serves its discovery documents at the issuer\'s root'
   if (variable.endsWith('_URL') && s.pattern) return `must be a URL matching ${s.pattern}`
   if (s.pattern) return `must match ${s.pattern}`
@@ -234,6 +243,33 @@ function oidcProviders(source: Record<string, string | undefined>, list: string 
   return providers
 }
 
+const LOOPBACK_HOSTS = ['localhost', '127.0.0.1', '[::1]']
+
+/**
+ * Bot protection (docs/SECURITY.md, "Bot protection"): on with CAPTCHA_PROVIDER, and then complete or
+ * not at all. A secret or site key without a provider is refused rather than ignored, so nobody
+ * believes the forms protected while they are not; the site key is required because the service's
+ * own pages cannot render the widget without it, and their forms would refuse everyone.
+ */
+function captchaSettings(env: Env, production: boolean): CaptchaSettings | null {
+  if (!env.CAPTCHA_PROVIDER) {
+    for (const variable of ['CAPTCHA_SECRET', 'CAPTCHA_SITE_KEY', 'CAPTCHA_VERIFY_URL'] as const) {
+      if (env[variable] !== undefined) throw new ConfigError('CAPTCHA_PROVIDER', `must be turnstile or hcaptcha when ${variable} is set (bot protection is off without it)`)
+    }
+    return null
+  }
+  const provider = env.CAPTCHA_PROVIDER
+  if (!env.CAPTCHA_SECRET) throw new ConfigError('CAPTCHA_SECRET', `must be set when CAPTCHA_PROVIDER is (the secret key of your ${provider} widget)`)
+  if (!env.CAPTCHA_SITE_KEY) throw new ConfigError('CAPTCHA_SITE_KEY', `must be set when CAPTCHA_PROVIDER is (the public site key of your ${provider} widget: the pages render the widget with it)`)
+  const verifyUrl = env.CAPTCHA_VERIFY_URL ?? PROVIDERS[provider].siteverify
+  // The secret travels in the request's body: only over TLS, except to a stand-in on this machine outside production.
+  const url = new URL(verifyUrl)
+  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && LOOPBACK_HOSTS.includes(url.hostname) && !production)) {
+    throw new ConfigError('CAPTCHA_VERIFY_URL', 'must be an https:// URL (http:// only to a loopback address outside production)')
+  }
+  return { provider, secret: env.CAPTCHA_SECRET, siteKey: env.CAPTCHA_SITE_KEY, verifyUrl, timeoutMs: env.CAPTCHA_TIMEOUT_SECONDS * 1000 }
+}
+
 export function loadConfig(source: Record<string, string | undefined> = process.env) {
   const env = parseEnv(source)
   const production = env.NODE_ENV === 'production'
@@ -292,6 +328,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
       metrics: { token: env.METRICS_TOKEN ?? null, public: env.METRICS_PUBLIC || !production },
       docs: env.DOCS === undefined ? !production : env.DOCS === 'on',
     },
+    /** Bot protection on register, forgot-password, resend-verification and the e-mailed sign-in's start; null when off. */
+    captcha: captchaSettings(env, production),
     /** EMAIL_SIGNUP: the first e-mailed sign-in of an unknown address makes a verified account without a password. */
     emailSignup: env.EMAIL_SIGNUP,
     publicUrl,

@@ -2,7 +2,7 @@
 // The client is served by serve.mjs from its compiled ES modules; config.js is written by serve.mjs
 // too, with the service's address for this run.
 import { PortcullisClient, PortcullisError } from '/client/index.js'
-import { API_BASE, OUTBOX } from '/config.js'
+import { API_BASE, CAPTCHA, OUTBOX } from '/config.js'
 import {
   $, announce, hideRecoveryCodes, hideTotpSetup, renderFactors, renderMe, renderProviders, renderSessions,
   showRecoveryCodes, showSecondStep, showTotpSetup, showView,
@@ -22,6 +22,47 @@ const client = new PortcullisClient({
   // or logged out in another tab.
   onSessionEnd: ({ reason }) => signedOut(SESSION_ENDED[reason], { error: true }),
 })
+
+/**
+ * Bot protection (docs/SECURITY.md, "Bot protection"): a service with CAPTCHA_PROVIDER set refuses a
+ * sign-up without the token of the provider's widget. The widget's script is loaded from the
+ * provider and renders into `container`; its token goes with the call as `captchaToken`. A token is
+ * good for one call, so the widget starts again after each.
+ */
+const WIDGET_SCRIPTS = {
+  turnstile: { src: 'https://challenges.cloudflare.com/turnstile/v0/api.js?render=explicit', api: 'turnstile' },
+  hcaptcha: { src: 'https://js.hcaptcha.com/1/api.js?render=explicit', api: 'hcaptcha' },
+}
+
+function captchaWidget(container) {
+  if (!CAPTCHA) return { token: async () => undefined, reset() {} }
+  const { src, api } = WIDGET_SCRIPTS[CAPTCHA.provider]
+  let widgetId = null
+  const loaded = new Promise((resolve, reject) => {
+    const script = document.createElement('script')
+    script.src = src
+    script.async = true
+    script.onload = () => {
+      widgetId = window[api].render(container, { sitekey: CAPTCHA.siteKey })
+      resolve()
+    }
+    script.onerror = () => reject(new Error(`The ${CAPTCHA.provider} check could not be loaded, so the service will refuse a sign-up.`))
+    document.head.append(script)
+  })
+  loaded.catch((error) => announce(error.message, { error: true }))
+  container.hidden = false
+  return {
+    async token() {
+      await loaded
+      return window[api].getResponse(widgetId) || undefined
+    },
+    reset() {
+      if (widgetId !== null) window[api].reset(widgetId)
+    },
+  }
+}
+
+const registerCaptcha = captchaWidget($('register-captcha'))
 
 /** The second step of a sign-in under way: the mfa_token login() (or a provider) answered. */
 let mfaToken = null
@@ -89,7 +130,12 @@ async function completeSignIn(result) {
 }
 
 onSubmit($('register-form'), async ({ full_name, email, password }) => {
-  const registered = await client.register({ full_name, email, password })
+  let registered
+  try {
+    registered = await client.register({ full_name, email, password }, { captchaToken: await registerCaptcha.token() })
+  } finally {
+    registerCaptcha.reset()
+  }
   $('register-form').reset()
   $('login-email').value = registered.email
   announce(

@@ -29,29 +29,45 @@ const FILES = {
 const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8' }
 
 /**
- * Only what the example decides, the identity providers the person configured (OIDC_*), and what a
- * process needs from its surroundings. The rest of the shell's environment stays out: a
- * DATABASE_URL, SMTP_URL or BASE_PATH meant for a real deployment must not reach this throwaway
- * service, nor change what the page expects.
+ * Only what the example decides, the identity providers (OIDC_*) and the bot protection (CAPTCHA_*)
+ * the person configured, and what a process needs from its surroundings. The rest of the shell's
+ * environment stays out: a DATABASE_URL, SMTP_URL or BASE_PATH meant for a real deployment must not
+ * reach this throwaway service, nor change what the page expects.
  */
 function serviceEnv(settings) {
-  const inherited = Object.entries(process.env).filter(([name]) => ['PATH', 'HOME', 'TMPDIR', 'TZ', 'SYSTEMROOT'].includes(name) || name.startsWith('OIDC_'))
+  const inherited = Object.entries(process.env).filter(([name]) => ['PATH', 'HOME', 'TMPDIR', 'TZ', 'SYSTEMROOT'].includes(name) || name.startsWith('OIDC_') || name.startsWith('CAPTCHA_'))
   return { ...Object.fromEntries(inherited), ...settings }
 }
 
+/**
+ * What the bot-protection widgets need a page's policy to allow, as Cloudflare and hCaptcha
+ * document it (the service's own pages allow the same: src/captcha/providers.ts).
+ */
+const CAPTCHA_SOURCES = {
+  turnstile: { script: 'https://challenges.cloudflare.com', frame: 'https://challenges.cloudflare.com', style: '', connect: '' },
+  hcaptcha: { script: 'https://hcaptcha.com https://*.hcaptcha.com', frame: 'https://hcaptcha.com https://*.hcaptcha.com', style: 'https://hcaptcha.com https://*.hcaptcha.com', connect: 'https://hcaptcha.com https://*.hcaptcha.com' },
+}
+
+/** The widget the sign-up form shows: the service's CAPTCHA_PROVIDER and its public CAPTCHA_SITE_KEY, or null. */
+function captchaOf(env) {
+  return Object.hasOwn(CAPTCHA_SOURCES, env.CAPTCHA_PROVIDER ?? '') && env.CAPTCHA_SITE_KEY ? { provider: env.CAPTCHA_PROVIDER, siteKey: env.CAPTCHA_SITE_KEY } : null
+}
+
 /** The page's settings, as a module it imports: the service's address depends on PORT. */
-function configModule(apiBase, outbox) {
-  return `// Written by examples/web/serve.mjs for this run.\nexport const API_BASE = ${JSON.stringify(apiBase)}\nexport const OUTBOX = ${JSON.stringify(outbox)}\n`
+function configModule(apiBase, outbox, captcha) {
+  return `// Written by examples/web/serve.mjs for this run.\nexport const API_BASE = ${JSON.stringify(apiBase)}\nexport const OUTBOX = ${JSON.stringify(outbox)}\nexport const CAPTCHA = ${JSON.stringify(captcha)}\n`
 }
 
 /**
  * Scripts only from this origin (none inline), the API as the one place the page may connect to,
- * the QR code as a data: image. No referrer: the address bar briefly holds a one-time login code
- * when a provider sign-in comes back.
+ * the QR code as a data: image; with bot protection on, also the provider's widget. No referrer: the
+ * address bar briefly holds a one-time login code when a provider sign-in comes back.
  */
-function securityHeaders(apiOrigin) {
+function securityHeaders(apiOrigin, captcha) {
+  const widget = captcha ? CAPTCHA_SOURCES[captcha.provider] : { script: '', frame: '', style: '', connect: '' }
+  const plus = (sources) => (sources ? ` ${sources}` : '')
   return {
-    'content-security-policy': `default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src ${apiOrigin}; base-uri 'none'; form-action 'self'; frame-ancestors 'none'`,
+    'content-security-policy': `default-src 'none'; script-src 'self'${plus(widget.script)}; style-src 'self'${plus(widget.style)}; img-src 'self' data:; connect-src ${apiOrigin}${plus(widget.connect)};${widget.frame ? ` frame-src ${widget.frame};` : ''} base-uri 'none'; form-action 'self'; frame-ancestors 'none'`,
     'referrer-policy': 'no-referrer',
     'x-content-type-options': 'nosniff',
     // Edits to the example show on the next reload.
@@ -65,8 +81,8 @@ function clientFile(urlPath) {
   return file.startsWith(CLIENT_DIR + path.sep) && TYPES[path.extname(file)] && existsSync(file) ? file : null
 }
 
-function pageServer(apiOrigin, config) {
-  const headers = securityHeaders(apiOrigin)
+function pageServer(apiOrigin, config, captcha) {
+  const headers = securityHeaders(apiOrigin, captcha)
   return createServer((request, response) => {
     const { pathname } = new URL(request.url ?? '/', 'http://localhost')
     if (request.method !== 'GET' && request.method !== 'HEAD') return response.writeHead(405, { ...headers, allow: 'GET, HEAD' }).end()
@@ -112,7 +128,7 @@ async function serviceReady(child, url, exited) {
  * - output: a function that receives the service's log output; by default it goes to this
  *   process's own stdout and stderr.
  */
-export async function startExample({ port = 5173, apiPort = 3000, dataDir = path.join(ROOT, 'data/example'), env = {}, output } = {}) {
+export async function startExample({ port = 5173, apiPort = 3000, dataDir = path.join(ROOT, 'data/example'), env: settings = {}, output } = {}) {
   // The service runs on this same node, whose native modules (argon2, SQLite) npm ci built for 24.
   // `npm run example` finds the project's own node 24 in node_modules/.bin.
   if (Number(process.versions.node.split('.')[0]) < 24) throw new Error(`Node 24 is needed, this is ${process.version}: start it with \`npm run example\``)
@@ -130,22 +146,23 @@ export async function startExample({ port = 5173, apiPort = 3000, dataDir = path
   const relative = path.relative(ROOT, dataDir)
   const outbox = path.join(relative.startsWith('..') ? dataDir : relative, 'outbox')
 
+  const env = serviceEnv({
+    NODE_ENV: 'development',
+    PORT: String(apiPort),
+    PUBLIC_URL: apiOrigin,
+    BASE_PATH: '/api/v1',
+    DATA_DIR: dataDir,
+    // The page's origin may call the API from the browser and keep the session's cookie...
+    CORS_ORIGINS: appOrigin,
+    // ...and a provider sign-in may send the browser back to it.
+    OIDC_REDIRECT_ORIGINS: appOrigin,
+    // The service's own pages (the mailed verification link opens one) link back to the page.
+    APP_URL: appOrigin,
+    ...settings,
+  })
   const child = spawn(process.execPath, [path.join(ROOT, 'dist/server.js')], {
     cwd: ROOT,
-    env: serviceEnv({
-      NODE_ENV: 'development',
-      PORT: String(apiPort),
-      PUBLIC_URL: apiOrigin,
-      BASE_PATH: '/api/v1',
-      DATA_DIR: dataDir,
-      // The page's origin may call the API from the browser and keep the session's cookie...
-      CORS_ORIGINS: appOrigin,
-      // ...and a provider sign-in may send the browser back to it.
-      OIDC_REDIRECT_ORIGINS: appOrigin,
-      // The service's own pages (the mailed verification link opens one) link back to the page.
-      APP_URL: appOrigin,
-      ...env,
-    }),
+    env,
     stdio: ['ignore', output ? 'pipe' : 'inherit', output ? 'pipe' : 'inherit'],
   })
   if (output) {
@@ -153,7 +170,8 @@ export async function startExample({ port = 5173, apiPort = 3000, dataDir = path
     child.stderr.on('data', (chunk) => output(String(chunk)))
   }
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(signal ? `signal ${signal}` : `exit code ${code}`)))
-  const server = pageServer(apiOrigin, configModule(apiBase, outbox))
+  const captcha = captchaOf(env)
+  const server = pageServer(apiOrigin, configModule(apiBase, outbox, captcha), captcha)
 
   const stopService = async () => {
     // Ctrl-C in a terminal already sent the service SIGINT; a second signal only skips what is

@@ -6,6 +6,7 @@ import { emptyBodyAsObject, refreshTokenOf, TransportHeaders, type CookieTranspo
 import { principalOf } from '../http/bearer.ts'
 import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import type { Limits } from '../limits/limits.ts'
+import type { BotProtection } from '../captcha/verifier.ts'
 import { ok } from '../http/schemas.ts'
 import type { DataRights } from './data-rights.ts'
 import type { LifecycleService } from './lifecycle.ts'
@@ -14,7 +15,7 @@ import { AccountDeleted, AccountExport, DeleteAccountBody, ChangePasswordBody, L
 const tags = ['sessions']
 const security = [{ bearer: [] }]
 
-export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport): Promise<void> {
+export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle: LifecycleService, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport, captcha: BotProtection): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const common = { bodyLimit: AUTH_BODY_LIMIT }
 
@@ -36,6 +37,8 @@ export async function publicLifecycleRoutes(fastify: FastifyInstance, lifecycle:
   app.post('/auth/forgot-password', {
     ...common,
     onRequest: limitByIp(limits, 'mail'),
+    // The bot check (docs/SECURITY.md, "Bot protection") before the address is looked at.
+    ...captcha.guard(),
     schema: { tags: ['password'], operationId: 'forgotPassword', body: EmailBody, response: { 202: Accepted } },
   }, async (request, reply) => {
     lifecycle.forgotPassword(request.body.email, requestContext(request))

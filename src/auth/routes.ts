@@ -9,14 +9,17 @@ import { Accepted, EmailBody, LoggedIn, LoginBody, Me, RefreshTokenBody, Refresh
 import { AppError } from '../errors.ts'
 import { AUTH_BODY_LIMIT, requestContext } from '../http/request.ts'
 import { emptyBodyAsObject, refreshTokenOf, TransportHeaders, type CookieTransport } from './cookie-transport.ts'
+import type { BotProtection } from '../captcha/verifier.ts'
 
-export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthService, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport): Promise<void> {
+export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthService, limits: Limits, hasher: { saturated(): boolean }, cookies: CookieTransport, captcha: BotProtection): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
   const common = { bodyLimit: AUTH_BODY_LIMIT }
 
   app.post('/auth/register', {
     ...common,
     onRequest: [refuseWhenSaturated(hasher), limitByIp(limits, 'register')],
+    // The bot check before the password is hashed or the address looked up.
+    ...captcha.guard(),
     schema: {
       tags: ['auth'],
       operationId: 'register',
@@ -24,7 +27,8 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
       response: { 201: Registered },
     },
   }, async (request, reply) => {
-    const user = await auth.register(request.body, requestContext(request))
+    const { email, password, full_name } = request.body
+    const user = await auth.register({ email, password, full_name }, requestContext(request))
     const message = user.verification_required
       ? 'Registration successful. Check your e-mail to verify your address.'
       : 'Registration successful. You can log in now.'
@@ -44,6 +48,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
   app.post('/auth/resend-verification', {
     ...common,
     onRequest: limitByIp(limits, 'mail'),
+    ...captcha.guard(),
     schema: {
       tags: ['auth'],
       operationId: 'resendVerification',

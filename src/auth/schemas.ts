@@ -1,4 +1,5 @@
 import Type from 'typebox'
+import { CaptchaToken } from '../captcha/schemas.ts'
 import { Body, Envelope, EnvelopeWithMessage } from '../http/schemas.ts'
 import { PASSWORD_MAX, PASSWORD_MIN } from './passwords.ts'
 
@@ -13,7 +14,7 @@ export const Password = Type.String({ minLength: 1, maxLength: 1024, description
 export const Jwt = Type.String({ minLength: 1, maxLength: 4096 })
 export const OneTimeToken = Type.String({ minLength: 1, maxLength: 256 })
 
-export const RegisterBody = Body({ email: Email, password: Password, full_name: Type.String({ maxLength: 1024 }) })
+export const RegisterBody = Body({ email: Email, password: Password, full_name: Type.String({ maxLength: 1024 }), captcha_token: CaptchaToken })
 export const Registered = EnvelopeWithMessage(
   Type.Object({ user_id: Type.String({ format: 'uuid' }), email: Type.String(), verification_required: Type.Boolean() }),
 )
@@ -21,7 +22,8 @@ export const Registered = EnvelopeWithMessage(
 export const TokenBody = Body({ token: OneTimeToken })
 export const Verified = Envelope(Type.Object({ email: Type.String(), verified: Type.Literal(true) }))
 
-export const EmailBody = Body({ email: Email })
+/** Resend-verification and forgot-password: an address to mail, so the bot check too. */
+export const EmailBody = Body({ email: Email, captcha_token: CaptchaToken })
 /** The 202 of resend-verification and forgot-password: the same whatever the address. */
 export const Accepted = Envelope(Type.Object({}))
 

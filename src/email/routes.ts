@@ -3,6 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Accepted, LoggedIn } from '../auth/schemas.ts'
 import { TransportHeaders, type CookieTransport } from '../auth/cookie-transport.ts'
+import type { BotProtection } from '../captcha/verifier.ts'
 import { limitByIp } from '../http/ratelimit.ts'
 import { AUTH_BODY_LIMIT, cookieValues, requestContext } from '../http/request.ts'
 import { ok } from '../http/schemas.ts'
@@ -28,13 +29,15 @@ function setEmailCookie(reply: FastifyReply, value: string, secure: boolean): vo
 }
 
 /** The API's side: start, the typed code, and the exchange of the link's login code. */
-export async function publicEmailRoutes(fastify: FastifyInstance, email: EmailSignIn, limits: Limits, cookies: CookieTransport, options: { secure: boolean }): Promise<void> {
+export async function publicEmailRoutes(fastify: FastifyInstance, email: EmailSignIn, limits: Limits, cookies: CookieTransport, options: { secure: boolean; captcha: BotProtection }): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
 
   app.post('/auth/email/start', {
     bodyLimit: AUTH_BODY_LIMIT,
     // The forgot-password limits: per IP here, per address in the service.
     onRequest: limitByIp(limits, 'mail'),
+    // The bot check before anything is looked up or mailed (docs/SECURITY.md, "Bot protection").
+    ...options.captcha.guard(),
     schema: { tags, operationId: 'startEmailSignIn', description: 'Mails a 6-digit code and a link; the same 202 whether or not the address has an account. Sets the portcullis_email cookie that binds the link to this browser.', body: StartBody, response: { 202: Accepted } },
   }, async (request, reply) => {
     const cookie = randomBytes(32).toString('base64url')

@@ -1,4 +1,5 @@
 import Type from 'typebox'
+import { CaptchaToken } from '../captcha/schemas.ts'
 import { Body } from '../http/schemas.ts'
 
 /** The e-mailed sign-in's schemas: they validate, serialise, document (tag `email`) and type the client. */
@@ -9,6 +10,7 @@ export const StartBody = Body({
   redirect_to: Type.Optional(Type.String({ minLength: 1, maxLength: 2048, description: 'Where the link sends the starting browser back with ?code= (an allowed origin); without it the link shows the 6-digit code' })),
   code_challenge: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{43}$', description: 'base64url(SHA-256(code_verifier)): the link\'s login code is then exchanged only with code_verifier' })),
   code_challenge_method: Type.Optional(Type.Literal('S256')),
+  captcha_token: CaptchaToken,
 })
 // Any string for the code: a malformed one is judged (and counted) like a wrong one.
 export const VerifyBody = Body({ email: Email, code: Type.String({ maxLength: 64 }) })

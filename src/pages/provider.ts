@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto'
+import { widgetHtml, type CaptchaWidget } from '../captcha/widget.ts'
 import { html, Html } from '../html.ts'
 import { field, form, layout, type FieldErrors, type PageBrand } from './views.ts'
 import { PAGE_CSS_HASH } from './style.ts'
@@ -72,15 +73,19 @@ const SCOPE_WORDS: Record<string, string> = {
 /**
  * The pages' policy, with the forms allowed to lead on to where the sign-in ends: Chromium checks
  * `form-action` against every redirect a submitted form goes through, and the last one is the
- * client's redirect URI.
+ * client's redirect URI. The one page that shows the bot check's widget (the e-mailed code's
+ * address form) also allows the provider's script, frames and what it lists for styles and
+ * connections (src/captcha/widget.ts); every other page is left without them.
  */
-export function providerPageCsp(formTargets: string[] = []): string {
+export function providerPageCsp(formTargets: string[] = [], widget?: { script: string[]; frame: string[]; style: string[]; connect: string[] }): string {
+  const plus = (sources: string[] | undefined) => (sources ?? []).map((source) => ` ${source}`).join('')
   return [
     "default-src 'none'",
-    `style-src '${PAGE_CSS_HASH}'`,
-    `script-src '${PASSKEY_SCRIPT_HASH}'`,
-    "connect-src 'self'",
-    `form-action 'self'${formTargets.map((target) => ` ${target}`).join('')}`,
+    `style-src '${PAGE_CSS_HASH}'${plus(widget?.style)}`,
+    `script-src '${PASSKEY_SCRIPT_HASH}'${plus(widget?.script)}`,
+    ...(widget ? [`frame-src${plus(widget.frame)}`] : []),
+    `connect-src 'self'${plus(widget?.connect)}`,
+    `form-action 'self'${plus(formTargets)}`,
     "frame-ancestors 'none'",
     "base-uri 'none'",
   ].join('; ')
@@ -110,12 +115,15 @@ ${(options.providers ?? []).map((provider) => html`<form method="post" action="/
 `)}<form method="post" action="/oauth/interaction/${uid}/abort"><button type="submit" class="secondary">Cancel</button></form>`)
   },
 
-  /** The e-mailed code instead of a password: the address first, then the code. */
-  emailAddress(brand: PageBrand, uid: string, clientName: string, options: { email?: string; message?: string } = {}): Html {
+  /**
+   * The e-mailed code instead of a password: the address first, then the code. With bot protection
+   * on, the provider's widget sits under the address and `captcha` says why it must be done again.
+   */
+  emailAddress(brand: PageBrand, uid: string, clientName: string, widget: CaptchaWidget | null, options: { email?: string; message?: string; captcha?: string } = {}): Html {
     const focus = { done: false }
     const address = field({ name: 'email', label: 'E-mail address', type: 'email', autocomplete: 'username', ...(options.email ? { value: options.email } : {}) }, options.message ? { email: options.message } : {}, focus)
     return layout(brand, `Sign in to continue to ${clientName}`, html`<p>We will mail you a 6-digit code. It works once, for 10 minutes.</p>
-${form(`/oauth/interaction/${uid}/email`, [address], { step: 'send' }, 'Send me a code')}`)
+${form(`/oauth/interaction/${uid}/email`, widget ? [address, widgetHtml(widget, options.captcha)] : [address], { step: 'send' }, 'Send me a code')}`)
   },
 
   emailCode(brand: PageBrand, uid: string, email: string, message?: string): Html {

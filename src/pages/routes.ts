@@ -7,7 +7,9 @@ import type { Html } from '../html.ts'
 import { logServerError, toAppError } from '../http/errors.ts'
 import { limitByIp, refuseWhenSaturated } from '../http/ratelimit.ts'
 import type { Limits } from '../limits/limits.ts'
-import { PAGE_CSP } from './style.ts'
+import type { BotProtection } from '../captcha/verifier.ts'
+import { widgetSources } from '../captcha/widget.ts'
+import { PAGE_CSP, pageCsp } from './style.ts'
 import { pages, type FieldErrors, type PageBrand } from './views.ts'
 
 export interface PageDeps {
@@ -16,6 +18,8 @@ export interface PageDeps {
   limits: Limits
   hasher: { saturated(): boolean }
   brand: PageBrand
+  /** Bot protection: the widget in the forms that mail an address, and its check when they are posted. */
+  captcha: BotProtection
   /** PUBLIC_URL's origin: the only site whose pages may post these forms. */
   ownOrigin: string
 }
@@ -141,80 +145,96 @@ export function installFormPages(app: FastifyInstance, options: { brand: PageBra
 }
 
 export async function pageRoutes(app: FastifyInstance, deps: PageDeps): Promise<void> {
-  const { auth, lifecycle, limits, hasher, brand, ownOrigin } = deps
-  installFormPages(app, { brand, ownOrigin })
+  const { auth, lifecycle, limits, hasher, brand, ownOrigin, captcha } = deps
+  const widget = captcha.widget
+  // Only the pages with a form that mails an address show the widget, and only they allow its
+  // provider's script and frames; every other page keeps the policy that allows no script at all.
+  const formCsp = widget ? pageCsp([], widgetSources(widget)) : PAGE_CSP
+  const show = (reply: FastifyReply, status: number, page: Html, csp = PAGE_CSP) => send(reply.header('content-security-policy', csp), status, page)
+  const showForm = (reply: FastifyReply, status: number, page: Html) => show(reply, status, page, formCsp)
+  installFormPages(app, { brand, ownOrigin, csp: null, answer: show })
+
+  /** The bot check of a posted form that mails an address, before the address is looked at (so the answer never depends on it). */
+  const captchaRefusal = async (request: FastifyRequest): Promise<FieldErrors | null> => {
+    const refused = await captcha.refuseForm(formOf(request), request.ip)
+    return refused === null ? null : { captcha: refused }
+  }
 
   // GET: show the button. The token is checked but never used up here (scanners fetch links);
   // it moves from the URL into a hidden field, and the POST uses it.
   app.get<{ Querystring: { token?: unknown } }>('/verify-email', async (request, reply) => {
     const token = tokenFrom(request.query.token)
-    if (!token || !(await auth.verificationTokenIsLive(token))) return send(reply, 400, pages.verifyLinkDead(brand))
-    return send(reply, 200, pages.verifyConfirm(brand, token))
+    if (!token || !(await auth.verificationTokenIsLive(token))) return showForm(reply, 400, pages.verifyLinkDead(brand, widget))
+    return show(reply, 200, pages.verifyConfirm(brand, token))
   })
 
   app.post('/verify-email', async (request, reply) => {
     const token = tokenFrom(formOf(request).token)
-    if (!token) return send(reply, 400, pages.verifyLinkDead(brand))
+    if (!token) return showForm(reply, 400, pages.verifyLinkDead(brand, widget))
     try {
       const { email } = await auth.verifyEmail(token, requestContext(request))
-      return send(reply, 200, pages.verified(brand, email))
+      return show(reply, 200, pages.verified(brand, email))
     } catch (error) {
-      if (error instanceof AppError && error.code === 'INVALID_VERIFICATION_TOKEN') return send(reply, 400, pages.verifyLinkDead(brand))
+      if (error instanceof AppError && error.code === 'INVALID_VERIFICATION_TOKEN') return showForm(reply, 400, pages.verifyLinkDead(brand, widget))
       throw error
     }
   })
 
   app.post('/resend-verification', { onRequest: limitByIp(limits, 'mail') }, async (request, reply) => {
     const email = formOf(request).email ?? ''
+    const refused = await captchaRefusal(request)
+    if (refused) return showForm(reply, 400, pages.resendForm(brand, widget, refused, email))
     try {
       await auth.resendVerification(email)
     } catch (error) {
       const errors = fieldErrors(error)
-      if (errors) return send(reply, 400, pages.resendForm(brand, errors, email))
+      if (errors) return showForm(reply, 400, pages.resendForm(brand, widget, errors, email))
       throw error
     }
-    return send(reply, 200, pages.mailOnItsWay(brand))
+    return show(reply, 200, pages.mailOnItsWay(brand))
   })
 
   app.get<{ Querystring: { token?: unknown } }>('/reset-password', async (request, reply) => {
     const token = tokenFrom(request.query.token)
     const email = token ? await lifecycle.resetTokenOwner(token) : null
-    if (!token || !email) return send(reply, 400, pages.resetLinkDead(brand))
-    return send(reply, 200, pages.resetForm(brand, token, email))
+    if (!token || !email) return showForm(reply, 400, pages.resetLinkDead(brand, widget))
+    return show(reply, 200, pages.resetForm(brand, token, email))
   })
 
   app.post('/reset-password', { onRequest: refuseWhenSaturated(hasher) }, async (request, reply) => {
     const form = formOf(request)
     const token = tokenFrom(form.token)
     const email = token ? await lifecycle.resetTokenOwner(token) : null
-    if (!token || !email) return send(reply, 400, pages.resetLinkDead(brand))
+    if (!token || !email) return showForm(reply, 400, pages.resetLinkDead(brand, widget))
     const password = form.password ?? ''
     // Checked here, before the service sees anything, so a typo consumes nothing.
     if (password !== (form.password_confirmation ?? '')) {
-      return send(reply, 400, pages.resetForm(brand, token, email, { password_confirmation: 'The two passwords are not the same.' }))
+      return show(reply, 400, pages.resetForm(brand, token, email, { password_confirmation: 'The two passwords are not the same.' }))
     }
     try {
       await lifecycle.resetPassword(token, password, requestContext(request))
     } catch (error) {
       const errors = fieldErrors(error)
-      if (errors) return send(reply, 400, pages.resetForm(brand, token, email, errors))
-      if (error instanceof AppError && error.code === 'INVALID_RESET_TOKEN') return send(reply, 400, pages.resetLinkDead(brand))
+      if (errors) return show(reply, 400, pages.resetForm(brand, token, email, errors))
+      if (error instanceof AppError && error.code === 'INVALID_RESET_TOKEN') return showForm(reply, 400, pages.resetLinkDead(brand, widget))
       throw error
     }
-    return send(reply, 200, pages.passwordChanged(brand))
+    return show(reply, 200, pages.passwordChanged(brand))
   })
 
-  app.get('/forgot-password', async (_request, reply) => send(reply, 200, pages.forgotForm(brand)))
+  app.get('/forgot-password', async (_request, reply) => showForm(reply, 200, pages.forgotForm(brand, widget)))
 
   app.post('/forgot-password', { onRequest: limitByIp(limits, 'mail') }, async (request, reply) => {
     const email = formOf(request).email ?? ''
+    const refused = await captchaRefusal(request)
+    if (refused) return showForm(reply, 400, pages.forgotForm(brand, widget, refused, email))
     try {
       lifecycle.forgotPassword(email, requestContext(request))
     } catch (error) {
       const errors = fieldErrors(error)
-      if (errors) return send(reply, 400, pages.forgotForm(brand, errors, email))
+      if (errors) return showForm(reply, 400, pages.forgotForm(brand, widget, errors, email))
       throw error
     }
-    return send(reply, 200, pages.mailOnItsWay(brand))
+    return show(reply, 200, pages.mailOnItsWay(brand))
   })
 }

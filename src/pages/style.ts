@@ -49,13 +49,18 @@ export const PAGE_CSP = pageCsp()
 /**
  * The same policy for a page whose form leads on elsewhere: Chromium checks `form-action` against
  * every redirect a submitted form goes through, so a form answered with a redirect to an allowed
- * application must name that application's origin too.
+ * application must name that application's origin too. A page showing the bot check's widget
+ * (src/captcha/widget.ts) also allows the provider's script, frames and what it lists for styles
+ * and connections, and nothing else.
  */
-export function pageCsp(formTargets: string[] = []): string {
+export function pageCsp(formTargets: string[] = [], widget?: { script: string[]; frame: string[]; style: string[]; connect: string[] }): string {
+  const plus = (sources: string[] | undefined) => (sources ?? []).map((source) => ` ${source}`).join('')
   return [
     "default-src 'none'",
-    `style-src '${PAGE_CSS_HASH}'`,
-    `form-action 'self'${formTargets.map((target) => ` ${target}`).join('')}`,
+    `style-src '${PAGE_CSS_HASH}'${plus(widget?.style)}`,
+    ...(widget ? [`script-src${plus(widget.script)}`, `frame-src${plus(widget.frame)}`] : []),
+    ...(widget && widget.connect.length > 0 ? [`connect-src${plus(widget.connect)}`] : []),
+    `form-action 'self'${plus(formTargets)}`,
     "frame-ancestors 'none'",
     "base-uri 'none'",
   ].join('; ')

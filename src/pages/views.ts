@@ -1,3 +1,4 @@
+import { widgetHtml, type CaptchaWidget } from '../captcha/widget.ts'
 import { html, Html } from '../html.ts'
 import { PAGE_CSS } from './style.ts'
 
@@ -72,10 +73,14 @@ export function continueLink(brand: PageBrand): Html | '' {
   return brand.appUrl ? html`<p><a class="continue" href="${brand.appUrl}">Continue to ${brand.appName}</a></p>` : ''
 }
 
-function emailForm(action: string, button: string, errors: FieldErrors, value?: string): Html {
+/**
+ * The forms that mail an address (resend-verification, forgot-password); with bot protection on,
+ * the provider's widget sits in them and `errors.captcha` says why it must be done again.
+ */
+function emailForm(action: string, button: string, widget: CaptchaWidget | null, errors: FieldErrors, value?: string): Html {
   const focus = { done: false }
   const email = field({ name: 'email', label: 'E-mail address', type: 'email', autocomplete: 'email', ...(value === undefined ? {} : { value }) }, errors, focus)
-  return form(action, [email], {}, button)
+  return form(action, widget ? [email, widgetHtml(widget, errors.captcha)] : [email], {}, button)
 }
 
 export const pages = {
@@ -89,13 +94,13 @@ ${form('verify-email', [], { token }, 'Confirm my address')}`)
 ${continueLink(brand)}`)
   },
 
-  verifyLinkDead(brand: PageBrand, errors: FieldErrors = {}, value?: string): Html {
+  verifyLinkDead(brand: PageBrand, widget: CaptchaWidget | null, errors: FieldErrors = {}, value?: string): Html {
     return layout(brand, 'This link no longer works', html`<p>The confirmation link is unknown, has been used already, or has expired. Enter your address and we will send a new one.</p>
-${emailForm('resend-verification', 'Send a new link', errors, value)}`)
+${emailForm('resend-verification', 'Send a new link', widget, errors, value)}`)
   },
 
-  resendForm(brand: PageBrand, errors: FieldErrors, value: string): Html {
-    return layout(brand, 'Send a new confirmation link', emailForm('resend-verification', 'Send a new link', errors, value))
+  resendForm(brand: PageBrand, widget: CaptchaWidget | null, errors: FieldErrors, value: string): Html {
+    return layout(brand, 'Send a new confirmation link', emailForm('resend-verification', 'Send a new link', widget, errors, value))
   },
 
   mailOnItsWay(brand: PageBrand): Html {
@@ -119,14 +124,14 @@ ${form('reset-password', fields, { token }, 'Change password')}`)
 ${continueLink(brand)}`)
   },
 
-  resetLinkDead(brand: PageBrand): Html {
+  resetLinkDead(brand: PageBrand, widget: CaptchaWidget | null): Html {
     return layout(brand, 'This link no longer works', html`<p>The reset link is unknown, has been used already, or has expired. Enter your address and we will send a new one.</p>
-${emailForm('forgot-password', 'Send a reset link', {})}`)
+${emailForm('forgot-password', 'Send a reset link', widget, {})}`)
   },
 
-  forgotForm(brand: PageBrand, errors: FieldErrors = {}, value?: string): Html {
+  forgotForm(brand: PageBrand, widget: CaptchaWidget | null, errors: FieldErrors = {}, value?: string): Html {
     return layout(brand, 'Reset your password', html`<p>Enter the address of your account and we will mail you a link to choose a new password.</p>
-${emailForm('forgot-password', 'Send a reset link', errors, value)}`)
+${emailForm('forgot-password', 'Send a reset link', widget, errors, value)}`)
   },
 
   problem(brand: PageBrand, title: string, message: string, reference?: string): Html {

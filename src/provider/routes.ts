@@ -6,6 +6,8 @@ import { decodeJwt } from 'jose'
 import type { LifecycleService } from '../accounts/lifecycle.ts'
 import type { LoginBody } from '../auth/sessions.ts'
 import type { AuthService } from '../auth/service.ts'
+import type { BotProtection } from '../captcha/verifier.ts'
+import { widgetSources } from '../captcha/widget.ts'
 import { AppError } from '../errors.ts'
 import { principalOf } from '../http/bearer.ts'
 import { ok } from '../http/schemas.ts'
@@ -46,6 +48,8 @@ export interface ProviderRouteDeps {
   oidcCookie: { basePath: string; secure: boolean }
   /** Sign-in with an e-mailed code (src/email/), on the sign-in page. */
   email: EmailSignIn
+  /** Bot protection: the widget in the e-mailed code's address form, and its check before a code is mailed. */
+  captcha: BotProtection
 }
 
 /** The PKCE verifier of an upstream sign-in started from an interaction, kept by the browser under the interaction's path. */
@@ -70,8 +74,8 @@ async function handOver(provider: ProviderService, request: FastifyRequest, repl
   await provider.handle(request.raw, reply.raw)
 }
 
-function send(reply: FastifyReply, status: number, page: Html, formTargets: string[] = []): FastifyReply {
-  return reply.code(status).header('content-security-policy', providerPageCsp(formTargets)).type('text/html; charset=utf-8').send(page.value)
+function send(reply: FastifyReply, status: number, page: Html, formTargets: string[] = [], widget?: Parameters<typeof providerPageCsp>[1]): FastifyReply {
+  return reply.code(status).header('content-security-policy', providerPageCsp(formTargets, widget)).type('text/html; charset=utf-8').send(page.value)
 }
 
 /** Where a finished sign-in is redirected in the end, for the page's form-action (see providerPageCsp). */
@@ -101,8 +105,12 @@ interface Interaction {
  * Portcullis session that the provider's session then is.
  */
 export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDeps): Promise<void> {
-  const { provider, clients, auth, mfa, lifecycle, limits, hasher, brand, ownOrigin, oidc } = deps
+  const { provider, clients, auth, mfa, lifecycle, limits, hasher, brand, ownOrigin, oidc, captcha } = deps
   const issuer = deps.resourceMetadata.issuer
+  // Only the address form of the e-mailed code shows the widget, and only it allows its provider's
+  // script and frames; every other page keeps its policy.
+  const widget = captcha.widget
+  const widgetPolicy = widget ? widgetSources(widget) : undefined
   const upstream = () => oidc.providers().providers.filter((entry) => entry.available).map(({ name, label }) => ({ name, label }))
 
   for (const url of LIBRARY_PATHS) {
@@ -237,14 +245,21 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
     pages.post<{ Params: { uid: string } }>('/oauth/interaction/:uid/email', { onRequest: limitByIp(limits, 'mail') }, async (request, reply) => {
       const interaction = await details(request, reply)
       if (!interaction || interaction.uid !== request.params.uid || interaction.prompt.name !== 'login') return expired(reply)
+      const sending = form(request).step === 'send'
+      // Judged before the address is read and before anything is mailed, so the answer (400, 503 or
+      // the code page) never depends on whether an account exists.
+      const refused = sending ? await captcha.refuseForm(form(request), request.ip) : null
       const { name } = await clientName(interaction)
       const targets = redirectTarget(interaction.params.redirect_uri)
-      const { step, email: address = '' } = form(request)
-      if (step !== 'send') return send(reply, 200, providerPages.emailAddress(brand, interaction.uid, name, typeof interaction.params.login_hint === 'string' ? { email: interaction.params.login_hint } : {}))
+      const addressForm = (status: number, options: Parameters<typeof providerPages.emailAddress>[4]) =>
+        send(reply, status, providerPages.emailAddress(brand, interaction.uid, name, widget, options), [], widgetPolicy)
+      if (!sending) return addressForm(200, typeof interaction.params.login_hint === 'string' ? { email: interaction.params.login_hint } : {})
+      const address = form(request).email ?? ''
+      if (refused) return addressForm(400, { email: address, captcha: refused })
       try {
         deps.email.start({ email: address }, randomBytes(32).toString('base64url'), requestContext(request))
       } catch (error) {
-        if (error instanceof AppError && error.code === 'VALIDATION_ERROR') return send(reply, 400, providerPages.emailAddress(brand, interaction.uid, name, { email: address, message: 'Enter a valid e-mail address.' }))
+        if (error instanceof AppError && error.code === 'VALIDATION_ERROR') return addressForm(400, { email: address, message: 'Enter a valid e-mail address.' })
         throw error
       }
       return send(reply, 200, providerPages.emailCode(brand, interaction.uid, address), targets)

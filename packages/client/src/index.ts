@@ -4,7 +4,7 @@ import { memoryStorage, type TokenStorage } from './storage.ts'
 import { Tabs } from './tabs.ts'
 import { createCredential, getCredential } from './webauthn.ts'
 import type {
-  AccountDeletion, AccountExport, ChangeEmailInput, ChangePasswordInput, CreateWatchlistInput, FactorList, FactorRemoval, FactorRename, LoginInput, LoginResult, Me, MfaChallengeInfo, MfaRequired, UpdateMeInput,
+  AccountDeletion, AccountExport, CaptchaOptions, ChangeEmailInput, ChangePasswordInput, CreateWatchlistInput, FactorList, FactorRemoval, FactorRename, LoginInput, LoginResult, Me, MfaChallengeInfo, MfaRequired, UpdateMeInput,
   AppList, AppRevocation, IdentityList, IdentityRemoval, OidcLinkStart, OidcProviders, PasskeyCreation, PasskeyLogin, PasskeyRequest, RecoveryCodes, RefreshResult, RegisterInput, Registration, Session, SessionRevocation, StepUpInput, StepUpResult, TotpConfirmation, TotpEnrolment,
   UpdateWatchlistInput, Verification, VerifyMfaInput, Watchlist, WatchlistDeletion, WatchlistPage, WatchlistQuery,
 } from './types.ts'
@@ -19,6 +19,11 @@ export type * from './types.ts'
  * access token only in this object's memory.
  */
 export type Transport = 'body' | 'cookie'
+
+/** A request body with the bot check's token as the API names it, when one was given. */
+function withCaptcha<Body extends object>(body: Body, options: CaptchaOptions): Body & { captcha_token?: string } {
+  return options.captchaToken === undefined ? body : { ...body, captcha_token: options.captchaToken }
+}
 
 /**
  * A page or a worker: where a script injected into the application (XSS, a compromised
@@ -410,16 +415,17 @@ export class PortcullisClient {
 
   // Operations (one per operationId of the API) -----------------------------------------------
 
-  register(input: RegisterInput): Promise<Registration> {
-    return this.request({ method: 'POST', path: '/auth/register', body: input })
+  /** With bot protection on the service, `options.captchaToken` is the widget's token (a VALIDATION_ERROR on `captcha` without it). */
+  register(input: RegisterInput, options: CaptchaOptions = {}): Promise<Registration> {
+    return this.request({ method: 'POST', path: '/auth/register', body: withCaptcha(input, options) })
   }
 
   verifyEmail(token: string): Promise<Verification> {
     return this.request({ method: 'POST', path: '/auth/verify-email', body: { token } })
   }
 
-  async resendVerification(email: string): Promise<void> {
-    await this.request({ method: 'POST', path: '/auth/resend-verification', body: { email } })
+  async resendVerification(email: string, options: CaptchaOptions = {}): Promise<void> {
+    await this.request({ method: 'POST', path: '/auth/resend-verification', body: withCaptcha({ email }, options) })
   }
 
   /**
@@ -573,9 +579,10 @@ export class PortcullisClient {
    * account). With `redirectTo`, the link sends this browser back there with `?code=` for
    * completeEmailLink(); the PKCE verifier is kept in localStorage (the link opens a new tab) for
    * the code's 10 minutes. The answer sets the cookie that binds the link to this browser.
+   * `options.captchaToken`: the widget's token, for a service with bot protection.
    */
-  async startEmailSignIn(email: string, redirectTo?: string): Promise<void> {
-    const body: Record<string, string> = { email }
+  async startEmailSignIn(email: string, redirectTo?: string, options: CaptchaOptions = {}): Promise<void> {
+    const body: Record<string, string> = withCaptcha({ email }, options)
     if (redirectTo !== undefined) {
       const { verifier, challenge } = await pkcePair()
       verifierStore(this.baseUrl, 'email').save(verifier)
@@ -712,8 +719,8 @@ export class PortcullisClient {
     return revoked
   }
 
-  async forgotPassword(email: string): Promise<void> {
-    await this.request({ method: 'POST', path: '/auth/forgot-password', body: { email } })
+  async forgotPassword(email: string, options: CaptchaOptions = {}): Promise<void> {
+    await this.request({ method: 'POST', path: '/auth/forgot-password', body: withCaptcha({ email }, options) })
   }
 
   async resetPassword(token: string, password: string): Promise<void> {

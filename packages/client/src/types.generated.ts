@@ -39,6 +39,8 @@ export type RegisterInput = {
   /** 8 to 128 Unicode code points */
   password: string
   full_name: string
+  /** The bot check widget's token: required when the service has CAPTCHA_PROVIDER set, ignored otherwise */
+  captcha_token?: string
 }
 
 export type Registration = {

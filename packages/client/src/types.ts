@@ -24,6 +24,15 @@ export interface MfaRequired {
   expires_in: number
   methods: string[]
 }
+/**
+ * The bot check's token, for the calls a service with bot protection (CAPTCHA_PROVIDER) refuses
+ * without one: register, resendVerification, forgotPassword and startEmailSignIn. It is the token
+ * the Turnstile or hCaptcha widget on the page produced; a service without bot protection ignores
+ * it, so an application may always send it.
+ */
+export interface CaptchaOptions {
+  captchaToken?: string
+}
 /** The server's WebAuthn options, for navigator.credentials.create / get. */
 export type PasskeyCreation = { options: Record<string, unknown> }
 export type PasskeyRequest = { options: Record<string, unknown> }
