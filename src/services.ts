@@ -12,14 +12,14 @@ import { AdminService } from './admin/service.ts'
 import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
 import { SessionGate } from './auth/revocation.ts'
 import { SessionOpener } from './auth/sessions.ts'
-import { endPendingLoginCodes, LoginCodes } from './auth/login-codes.ts'
+import { LoginCodes } from './auth/login-codes.ts'
 import { AccountSignOut } from './auth/sign-out.ts'
-import { EmailSignIn, endPendingEmailSignIns } from './email/service.ts'
+import { EmailSignIn } from './email/service.ts'
 import { SecretHasher } from './mfa/codes.ts'
-import { endPendingMfaProofs, MfaService } from './mfa/service.ts'
+import { MfaService } from './mfa/service.ts'
 import { RelyingParty } from './mfa/webauthn.ts'
 import { OidcProviders } from './oidc/providers.ts'
-import { endPendingOidcProofs, OidcService } from './oidc/service.ts'
+import { OidcService } from './oidc/service.ts'
 import { AuthService } from './auth/service.ts'
 import { REFRESH_TTL_SECONDS, TokenService } from './auth/tokens.ts'
 import { Background } from './background.ts'
@@ -50,12 +50,12 @@ import { Retention } from './retention.ts'
 import { WatchlistService } from './watchlists/service.ts'
 
 /**
- * What ends with all of an account's sessions, besides them: the sign-ins under way, the proofs
- * pending in the second-factor and identity-provider modules, and the OpenID provider's grants
- * (src/auth/sign-out.ts). The CLI uses it too.
+ * What ends with all of an account's sessions, besides them and the pending proofs (which die by the
+ * epoch, src/auth/pending-proofs.ts): the OpenID provider's grants, and its sessions with some of
+ * them (src/auth/sign-out.ts). The CLI uses it too.
  */
 export function accountSignOut(clock: Clock): AccountSignOut {
-  return new AccountSignOut(clock, [endPendingLoginCodes, endPendingEmailSignIns, endPendingMfaProofs, endPendingOidcProofs, endProviderGrants], [endProviderSessions])
+  return new AccountSignOut(clock, [endProviderGrants], [endProviderSessions])
 }
 
 /** Everything a test (or another embedding) may replace. */
@@ -249,6 +249,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const profile = new ProfileService({
     db, clock, hasher, limits, mailQueue, lifecycle, brand, events,
     confirmUrl: `${config.publicUrl}/confirm-email-change?token=`,
+    cancelUrl: `${config.publicUrl}/cancel-email-change?token=`,
     recentMs: config.mfaStepUpMs,
   })
   const clients = new ClientRegistry({ db, clock, sealer })

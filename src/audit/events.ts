@@ -55,6 +55,7 @@ export const AUDIT_TYPES = [
   'client.secret_rotated',
   'profile.updated',
   'email.change_requested',
+  'email.change_cancelled',
   'email.changed',
   'webhook.created',
   'webhook.updated',

@@ -2,6 +2,7 @@ import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypt
 import type { Kysely, Selectable } from 'kysely'
 import type { Clock } from '../clock.ts'
 import type { Database, LoginCodesTable } from '../db/schema.ts'
+import { proofStands } from './pending-proofs.ts'
 
 type Executor = Kysely<Database>
 export type LoginCodeRow = Selectable<LoginCodesTable>
@@ -37,7 +38,8 @@ const store = {
 
   /**
    * Uses a code up, if it is live, in one conditional statement: of two exchanges at once exactly
-   * one gets it, and it is spent before its proof is judged, so a wrong proof leaves it dead.
+   * one gets it, and it is spent before its proof is judged, so a wrong proof leaves it dead. One
+   * made before the account's sessions last ended is not live (src/auth/pending-proofs.ts).
    */
   async consume(db: Executor, hash: string, now: number): Promise<SpentLoginCode | null> {
     const used = await db
@@ -46,13 +48,10 @@ const store = {
       .where('code_hash', '=', hash)
       .where('used_at', 'is', null)
       .where('expires_at', '>', now)
+      .where(proofStands('login_codes', now))
       .returning(['user_id', 'source', 'credential_epoch', 'code_challenge', 'browser_hash'])
       .executeTakeFirst()
     return used ?? null
-  },
-
-  async deleteAllOf(db: Executor, userId: string): Promise<void> {
-    await db.deleteFrom('login_codes').where('user_id', '=', userId).execute()
   },
 
   async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {
@@ -63,14 +62,6 @@ const store = {
 
 /** Retention's part: codes that expired before `before`. */
 export const deleteExpiredLoginCodes = store.deleteExpired
-
-/**
- * The account's sessions end (src/auth/sign-out.ts): its login codes die with them, and an exchange
- * then answers as for an unknown code.
- */
-export async function endPendingLoginCodes(trx: Executor, userId: string): Promise<void> {
-  await store.deleteAllOf(trx, userId)
-}
 
 /**
  * The one-time login code a sign-in that ends in the browser (an identity provider's callback, an

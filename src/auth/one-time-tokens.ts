@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import { oneTimeTokens } from '../db/repositories.ts'
+import { credentialEpochOf } from './pending-proofs.ts'
 import type { Database, OneTimeTokenPurpose } from '../db/schema.ts'
 
 /** Mailed single-use tokens (e-mail verification, password reset). */
@@ -25,6 +26,7 @@ export async function issueOneTimeToken(
 ): Promise<string> {
   const token = randomBytes(32).toString('base64url')
   await oneTimeTokens.retireAll(trx, userId, purpose, now)
-  await oneTimeTokens.insert(trx, { token_hash: hashOneTimeToken(token), user_id: userId, purpose, created_at: now, expires_at: now + ttlMs })
+  // Made under the account's epoch of now: it dies when the account's sessions next all end.
+  await oneTimeTokens.insert(trx, { token_hash: hashOneTimeToken(token), user_id: userId, purpose, credential_epoch: await credentialEpochOf(trx, userId), created_at: now, expires_at: now + ttlMs })
   return token
 }

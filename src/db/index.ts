@@ -23,6 +23,7 @@ import * as m0015 from './migrations/0015_login_codes.ts'
 import * as m0016 from './migrations/0016_email_sign_in.ts'
 import * as m0017 from './migrations/0017_email_changes.ts'
 import * as m0018 from './migrations/0018_webhooks.ts'
+import * as m0019 from './migrations/0019_pending_proofs.ts'
 import * as m0020 from './migrations/0020_mail_subjects.ts'
 
 export type Engine = 'sqlite' | 'postgres'
@@ -218,6 +219,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0016_email_sign_in': m0016,
     '0017_email_changes': m0017,
     '0018_webhooks': m0018,
+    '0019_pending_proofs': m0019,
     '0020_mail_subjects': m0020,
   }
 }

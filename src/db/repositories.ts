@@ -1,5 +1,6 @@
 import { CompiledQuery, sql, type Kysely, type Selectable } from 'kysely'
 import { randomUUID } from 'node:crypto'
+import { proofStands } from '../auth/pending-proofs.ts'
 import { ReadBatch } from './batch.ts'
 import { hotQuery } from './hot-query.ts'
 import type { Db } from './index.ts'
@@ -249,14 +250,14 @@ export const sessions = {
 export const oneTimeTokens = {
   async insert(
     db: Executor,
-    row: { token_hash: string; user_id: string; purpose: OneTimeTokenPurpose; created_at: number; expires_at: number },
+    row: { token_hash: string; user_id: string; purpose: OneTimeTokenPurpose; credential_epoch: number; created_at: number; expires_at: number },
   ): Promise<void> {
     await db.insertInto('one_time_tokens').values({ ...row, used_at: null }).execute()
   },
 
   /**
    * Marks a live token used and returns its user, in one statement: two concurrent uses of the
-   * same token cannot both succeed.
+   * same token cannot both succeed, and one made before the account's sessions last ended is dead.
    */
   async consume(db: Executor, tokenHash: string, purpose: OneTimeTokenPurpose, at: number): Promise<string | null> {
     const row = await db
@@ -266,6 +267,7 @@ export const oneTimeTokens = {
       .where('purpose', '=', purpose)
       .where('used_at', 'is', null)
       .where('expires_at', '>', at)
+      .where(proofStands('one_time_tokens', at))
       .returning('user_id')
       .executeTakeFirst()
     return row?.user_id ?? null
@@ -280,6 +282,7 @@ export const oneTimeTokens = {
       .where('purpose', '=', purpose)
       .where('used_at', 'is', null)
       .where('expires_at', '>', at)
+      .where(proofStands('one_time_tokens', at))
       .executeTakeFirst()
     return row?.user_id ?? null
   },

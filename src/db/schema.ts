@@ -42,6 +42,8 @@ export interface OneTimeTokensTable {
   token_hash: string
   user_id: string
   purpose: OneTimeTokenPurpose
+  /** The account's credential_epoch when it was made: judged at the point of use (src/auth/pending-proofs.ts, migration 0019). */
+  credential_epoch: number
   created_at: number
   expires_at: number
   used_at: number | null
@@ -156,6 +158,9 @@ export interface MfaFactorsTable {
   secret: string | null
   /** TOTP: the last 30-second step accepted; that step and every earlier one are refused. */
   last_step: number | null
+  /** An enrolment: the account's credential_epoch and the session that started it, judged when it is confirmed (migration 0019). */
+  credential_epoch: number
+  session_id: string | null
   created_at: number
   /** Null until the enrolment is confirmed with a valid code; only confirmed factors count. */
   confirmed_at: number | null
@@ -208,6 +213,10 @@ export interface WebauthnChallengesTable {
   user_id: string | null
   /** The mfa_token's hash (second_factor) or the session id (register, step_up). */
   binding: string | null
+  /** The account's credential_epoch when it was made: judged at the point of use (src/auth/pending-proofs.ts, migration 0019). */
+  credential_epoch: number
+  /** The session that asked for it, if one did: it must still be live at the point of use (migration 0019). */
+  session_id: string | null
   created_at: number
   expires_at: number
   used_at: number | null
@@ -241,6 +250,8 @@ export interface OidcFlowsTable {
   code_challenge: string | null
   /** A link flow: the session that started it (the link completes only while it is live). */
   session_id: string | null
+  /** The account's credential_epoch when it was made: judged at the point of use (src/auth/pending-proofs.ts, migration 0019). */
+  credential_epoch: number
   created_at: number
   expires_at: number
   used_at: number | null
@@ -338,6 +349,10 @@ export interface EmailChangesTable {
   new_email: string
   /** The session that asked: kept when the change happens, every other one ends. */
   session_id: string
+  /** The account's credential_epoch when it was made: judged at the point of use (src/auth/pending-proofs.ts, migration 0019). */
+  credential_epoch: number
+  /** SHA-256 of the token in the notice to the old address, whose link cancels the change (null before migration 0019). */
+  cancel_hash: string | null
   created_at: number
   expires_at: number
   used_at: number | null

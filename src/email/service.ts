@@ -223,16 +223,39 @@ export class EmailSignIn {
    * session, removes what was added while unproven, and tells the owner (docs/email-sign-in.md).
    */
   private async proven(row: EmailSignInRow, context: RequestContext): Promise<UserRow> {
-    if (row.user_id === null) {
-      const existing = await users.findByEmail(this.db, row.email)
-      return existing ?? this.deps.registerWithoutPassword(row.email, context)
+    // A sign-up whose address someone registered with a password while the code was on its way:
+    // the code is that account's first proof, as for any account made before the start (below).
+    // The epoch the proof was made under, for an account that existed at the start; an account
+    // registered since has nothing earlier to be judged against.
+    const madeUnder = row.user_id === null ? null : row.credential_epoch
+    const userId = row.user_id ?? (await users.findByEmail(this.db, row.email))?.id
+    if (userId === undefined) {
+      try {
+        return await this.deps.registerWithoutPassword(row.email, context)
+      } catch (error) {
+        if (!(error instanceof AppError && error.code === 'EMAIL_EXISTS')) throw error
+        // Registered in the same moment: the unique index decided, and the code proves that account.
+        const registered = await users.findByEmail(this.db, row.email)
+        if (!registered) throw new AppError('INVALID_CREDENTIALS')
+        return this.provenFor(registered.id, null, row, context)
+      }
     }
+    return this.provenFor(userId, madeUnder, row, context)
+  }
+
+  /** The proof applied to one account, under its row lock; `madeUnder` is the epoch to hold it to, if any. */
+  private async provenFor(userId: string, madeUnder: number | null, row: EmailSignInRow, context: RequestContext): Promise<UserRow> {
     const now = this.deps.clock.now()
     let revoked: Change[] = []
     const user = await this.db.transaction().execute(async (trx) => {
-      if (!(await users.lockRow(trx, row.user_id!))) throw new AppError('INVALID_CREDENTIALS')
-      const current = await users.findById(trx, row.user_id!)
-      if (!current) throw new AppError('INVALID_CREDENTIALS')
+      if (!(await users.lockRow(trx, userId))) throw new AppError('INVALID_CREDENTIALS')
+      const current = await users.findById(trx, userId)
+      // The code proves the address it was mailed to, not the account: one whose address changed
+      // since is not what the mail's reader proved they own.
+      if (!current || current.email !== row.email) throw new AppError('INVALID_CREDENTIALS')
+      // Checked again under the lock: a reset, logout-all or disable committed since the code was
+      // spent ends it, rather than the session opening under the epoch that followed.
+      if (madeUnder !== null && current.credential_epoch !== madeUnder) throw new AppError('INVALID_CREDENTIALS')
       if (current.email_verified_at !== null) return current
       await users.markVerified(trx, current.id, now)
       await recordEvent(trx, this.deps.clock, { type: 'email.verified', userId: current.id, reason: 'email_sign_in', context })
@@ -272,9 +295,4 @@ export class EmailSignIn {
     if (methods) throw await this.deps.secondFactor.challenge(subject, methods, EMAILED, transport, context)
     return this.deps.sessions.open(subject, EMAILED, context, { audit: { type: 'login.succeeded', reason: 'email' } })
   }
-}
-
-/** The account's sessions end (src/auth/sign-out.ts): its e-mailed sign-ins under way end too. */
-export async function endPendingEmailSignIns(trx: Db['kysely'], userId: string): Promise<void> {
-  await signIns.deleteAllOf(trx, userId)
 }

@@ -1,5 +1,6 @@
 import type { Kysely, Selectable } from 'kysely'
 import type { Database, EmailSignInsTable } from '../db/schema.ts'
+import { proofStands } from '../auth/pending-proofs.ts'
 
 /** The e-mailed sign-in module's storage calls (table email_sign_ins, migration 0016). */
 type Executor = Kysely<Database>
@@ -25,6 +26,7 @@ export const signIns = {
         .where('used_at', 'is', null)
         .where('expires_at', '>', now)
         .where('failures', '<', MAX_FAILURES)
+        .where(proofStands('email_sign_ins', now))
         .orderBy('created_at', 'desc')
         .limit(1)
         .executeTakeFirst()) ?? null
@@ -32,7 +34,7 @@ export const signIns = {
   },
 
   async byToken(db: Executor, tokenHash: string, now: number): Promise<EmailSignInRow | null> {
-    return (await db.selectFrom('email_sign_ins').selectAll().where('token_hash', '=', tokenHash).where('used_at', 'is', null).where('expires_at', '>', now).where('failures', '<', MAX_FAILURES).executeTakeFirst()) ?? null
+    return (await db.selectFrom('email_sign_ins').selectAll().where('token_hash', '=', tokenHash).where('used_at', 'is', null).where('expires_at', '>', now).where('failures', '<', MAX_FAILURES).where(proofStands('email_sign_ins', now)).executeTakeFirst()) ?? null
   },
 
   /**
@@ -51,14 +53,10 @@ export const signIns = {
     return counted !== undefined
   },
 
-  /** Spends the sign-in, if still live: true for the one caller that did. */
+  /** Spends the sign-in, if still live (the account's sessions not ended since it started): true for the one caller that did. */
   async use(db: Executor, id: string, now: number): Promise<boolean> {
-    const result = await db.updateTable('email_sign_ins').set({ used_at: now }).where('id', '=', id).where('used_at', 'is', null).executeTakeFirst()
+    const result = await db.updateTable('email_sign_ins').set({ used_at: now }).where('id', '=', id).where('used_at', 'is', null).where(proofStands('email_sign_ins', now)).executeTakeFirst()
     return result.numUpdatedRows > 0n
-  },
-
-  async deleteAllOf(db: Executor, userId: string): Promise<void> {
-    await db.deleteFrom('email_sign_ins').where('user_id', '=', userId).execute()
   },
 
   async deleteExpired(db: Executor, before: number, limit: number): Promise<number> {

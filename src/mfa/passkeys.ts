@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import type { CeremonyPurpose } from '../db/schema.ts'
+import { credentialEpochOf } from '../auth/pending-proofs.ts'
 import type { SecretHasher } from './codes.ts'
 import { ceremonies, type CeremonyRow, type FactorRow } from './store.ts'
 import { CEREMONY_TTL_MS, challengeOf, newChallenge, type StoredPasskey } from './webauthn.ts'
@@ -25,12 +26,16 @@ export class PasskeyCeremonies {
     const challenge = newChallenge()
     const now = this.deps.clock.now()
     const id = randomUUID()
-    await ceremonies.insert(this.deps.db.kysely, {
+    const db = this.deps.db.kysely
+    await ceremonies.insert(db, {
       id,
       challenge_hash: this.deps.hasher.hash('webauthn_challenge', challenge),
       purpose,
       user_id: bound.userId,
       binding: bound.binding,
+      // Judged where the signature comes back (src/auth/pending-proofs.ts): registration and step-up are a session's.
+      credential_epoch: bound.userId === null ? 0 : await credentialEpochOf(db, bound.userId),
+      session_id: purpose === 'register' || purpose === 'step_up' ? bound.binding : null,
       created_at: now,
       expires_at: now + CEREMONY_TTL_MS,
       used_at: null,

@@ -293,6 +293,9 @@ export class MfaService {
         name: name ?? 'Authenticator app',
         secret: this.deps.sealer.seal(secret, secretAad(id)),
         last_step: null,
+        // A pending proof (src/auth/pending-proofs.ts): confirmed only while this session and the account's epoch stand.
+        credential_epoch: user.credential_epoch,
+        session_id: principal.sessionId,
         created_at: now,
         confirmed_at: null,
         last_used_at: null,
@@ -311,8 +314,8 @@ export class MfaService {
   async confirmTotp(principal: Principal, factorId: string, code: string, context: RequestContext) {
     const user = await this.userAddingFactor(principal.userId)
     const now = this.deps.clock.now()
-    const factor = isUuid(factorId) ? await factors.findOwned(this.db, user.id, factorId) : null
-    if (!factor || factor.type !== 'totp' || factor.confirmed_at !== null || factor.created_at < now - ENROLMENT_TTL_MS) throw new AppError('NOT_FOUND')
+    const factor = isUuid(factorId) ? await factors.findPendingEnrolment(this.db, user.id, factorId, now) : null
+    if (!factor || factor.type !== 'totp' || factor.created_at < now - ENROLMENT_TTL_MS) throw new AppError('NOT_FOUND')
     const step = totpStep(this.deps.sealer.open(factor.secret!, secretAad(factor.id)), code, now)
     if (step === null) throw new AppError('INVALID_MFA_CODE')
     const result = await this.db.transaction().execute(async (trx) => {
@@ -365,6 +368,9 @@ export class MfaService {
       name: input.name ?? 'Passkey',
       secret: null,
       last_step: null,
+      // Confirmed at once: nothing about it is pending.
+      credential_epoch: user.credential_epoch,
+      session_id: null,
       created_at: now,
       confirmed_at: now,
       last_used_at: now,
@@ -661,16 +667,6 @@ export async function rewrapTotpSecrets(trx: Db['kysely'], from: KeySealer, to: 
     rewrapped++
   }
   return rewrapped
-}
-
-/**
- * The account's sessions end (src/auth/sign-out.ts): its mfa_tokens, unconfirmed enrolments and
- * WebAuthn challenges end too, so nothing started before can finish afterwards.
- */
-export async function endPendingMfaProofs(trx: Db['kysely'], userId: string): Promise<void> {
-  await challenges.deleteAllOf(trx, userId)
-  await ceremonies.deleteAllOf(trx, userId)
-  await factors.deleteUnconfirmed(trx, userId)
 }
 
 /**

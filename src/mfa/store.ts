@@ -1,4 +1,5 @@
 import type { Kysely, Selectable } from 'kysely'
+import { proofStands } from '../auth/pending-proofs.ts'
 import type { CeremonyPurpose, Database, MfaChallengesTable, MfaFactorsTable, WebauthnChallengesTable } from '../db/schema.ts'
 
 /** The second-factor module's storage calls (tables mfa_factors, mfa_recovery_codes, mfa_challenges, webauthn_challenges). */
@@ -23,7 +24,12 @@ export const factors = {
     return (await db.selectFrom('mfa_factors').selectAll().where('user_id', '=', userId).where('id', '=', id).executeTakeFirst()) ?? null
   },
 
-  /** Confirms an enrolment once, remembering the step of the code that confirmed it (no replay at login). */
+  /** An enrolment of the account still waiting for its code: one made before the account's sessions last ended, or in a session since ended, is dead. */
+  async findPendingEnrolment(db: Executor, userId: string, id: string, at: number): Promise<FactorRow | null> {
+    return (await db.selectFrom('mfa_factors').selectAll().where('user_id', '=', userId).where('id', '=', id).where('confirmed_at', 'is', null).where(proofStands('mfa_factors', at)).executeTakeFirst()) ?? null
+  },
+
+  /** Confirms a live enrolment once, remembering the step of the code that confirmed it (no replay at login). */
   async confirm(db: Executor, userId: string, id: string, step: number, at: number): Promise<boolean> {
     const result = await db
       .updateTable('mfa_factors')
@@ -31,6 +37,7 @@ export const factors = {
       .where('id', '=', id)
       .where('user_id', '=', userId)
       .where('confirmed_at', 'is', null)
+      .where(proofStands('mfa_factors', at))
       .executeTakeFirst()
     return result.numUpdatedRows > 0n
   },
@@ -170,6 +177,7 @@ export const challenges = {
         .where('used_at', 'is', null)
         .where('expires_at', '>', now)
         .where('failures', '<', MAX_CHALLENGE_FAILURES)
+        .where(proofStands('mfa_challenges', now))
         .executeTakeFirst()) ?? null
     )
   },
@@ -188,6 +196,7 @@ export const challenges = {
       .where('used_at', 'is', null)
       .where('expires_at', '>', now)
       .where('failures', '<', MAX_CHALLENGE_FAILURES)
+      .where(proofStands('mfa_challenges', now))
       .returning('token_hash')
       .executeTakeFirst()
     return row !== undefined
@@ -204,6 +213,7 @@ export const challenges = {
       .where('token_hash', '=', hash)
       .where('used_at', 'is', null)
       .where('expires_at', '>', now)
+      .where(proofStands('mfa_challenges', now))
       .executeTakeFirst()
     return result.numUpdatedRows > 0n
   },
@@ -234,6 +244,7 @@ export const ceremonies = {
         .where('purpose', '=', purpose)
         .where('used_at', 'is', null)
         .where('expires_at', '>', now)
+        .where(proofStands('webauthn_challenges', now))
         .executeTakeFirst()) ?? null
     )
   },
@@ -246,6 +257,7 @@ export const ceremonies = {
       .where('id', '=', id)
       .where('used_at', 'is', null)
       .where('expires_at', '>', now)
+      .where(proofStands('webauthn_challenges', now))
       .executeTakeFirst()
     return result.numUpdatedRows > 0n
   },

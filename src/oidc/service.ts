@@ -183,10 +183,10 @@ export class OidcService {
     const provider = this.provider(name)
     const target = this.allowedRedirect(request.redirectTo)
     const challenge = link ? null : this.challengeOf(request)
+    const linking = link ? await users.findById(this.db, link.userId) : null
     if (link) {
-      const user = await users.findById(this.db, link.userId)
-      if (!user) throw new AppError('INVALID_TOKEN')
-      if (user.email_verified_at === null) throw new AppError('EMAIL_NOT_VERIFIED')
+      if (!linking) throw new AppError('INVALID_TOKEN')
+      if (linking.email_verified_at === null) throw new AppError('EMAIL_NOT_VERIFIED')
     }
     const cookie = browser && /^[A-Za-z0-9_-]{43}$/.test(browser) ? browser : randomBytes(32).toString('base64url')
     if (!provider.client) return { location: withParams(target, { error: 'provider_unavailable' }), browser: cookie }
@@ -207,6 +207,8 @@ export class OidcService {
       user_id: link?.userId ?? null,
       code_challenge: challenge,
       session_id: link?.sessionId ?? null,
+      // A link flow is a pending proof of its session and epoch (src/auth/pending-proofs.ts).
+      credential_epoch: linking?.credential_epoch ?? 0,
       created_at: now,
       expires_at: now + FLOW_TTL_MS,
       used_at: null,
@@ -366,9 +368,7 @@ export class OidcService {
     const now = this.deps.clock.now()
     const added = await this.db.transaction().execute(async (trx) => {
       if (!(await users.lockRow(trx, userId))) throw new CallbackRefused('access_denied', 'the account is gone')
-      const sessionId = await flows.sessionOf(trx, flow.state_hash)
-      const session = sessionId === null ? null : await sessions.findOwned(trx, userId, sessionId)
-      if (!session || session.revoked_at !== null || session.expires_at <= now) throw new CallbackRefused('access_denied', 'the session that started the link has ended')
+      if (!(await flows.linkStands(trx, flow.state_hash, now))) throw new CallbackRefused('access_denied', 'the session that started the link has ended')
       const user = await users.findById(trx, userId)
       if (!user) throw new CallbackRefused('access_denied', 'the account is gone')
       if (user.email_verified_at === null) throw new CallbackRefused('email_not_verified')
@@ -406,6 +406,9 @@ export class OidcService {
       browserHash: request.browser === undefined ? null : this.mac('oidc_browser', request.browser),
     })
     if (!redeemed) throw new AppError('INVALID_CREDENTIALS')
+    // Each exchange takes only the codes of its own sign-in: one from an e-mailed link opened here
+    // would open a session that claims a provider (`amr: fed`) no provider vouched for.
+    if (!('refused' in redeemed) && !redeemed.source.startsWith('oidc:')) throw new AppError('INVALID_CREDENTIALS')
     if ('refused' in redeemed) {
       await recordEvent(this.db, this.deps.clock, { type: 'oidc.refused', userId: redeemed.refused.user_id, reason: `${redeemed.refused.source.replace(/^oidc:/, '')}: login_code_proof`, context })
       throw new AppError('INVALID_CREDENTIALS')
@@ -465,13 +468,4 @@ function withParams(url: string, params: Record<string, string>): string {
   const target = new URL(url)
   for (const [key, value] of Object.entries(params)) target.searchParams.set(key, value)
   return target.toString()
-}
-
-/**
- * The account's sessions end (src/auth/sign-out.ts): its link flows are cut from their sessions, so
- * their callbacks answer `error=access_denied` at redirect_to (its login codes end with the shared
- * piece's, src/auth/login-codes.ts).
- */
-export async function endPendingOidcProofs(trx: Db['kysely'], userId: string): Promise<void> {
-  await flows.endLinksOf(trx, userId)
 }

@@ -1,4 +1,5 @@
 import type { Kysely, Selectable } from 'kysely'
+import { proofStands } from '../auth/pending-proofs.ts'
 import type { Database, OidcFlowsTable, UserIdentitiesTable } from '../db/schema.ts'
 
 /** The identity-provider module's storage calls (tables user_identities, oidc_flows). */
@@ -58,17 +59,11 @@ export const flows = {
   },
 
   /**
-   * Ends the account's link flows (a login flow belongs to no account until its callback) by
-   * cutting them from their session rather than deleting them: the callback still finds the flow,
-   * so it can answer `error=access_denied` at its redirect_to instead of a dead end.
+   * Whether a link flow still stands, judged as every pending proof is (src/auth/pending-proofs.ts):
+   * the session that started it is live and the account's sessions have not all ended since.
    */
-  async endLinksOf(db: Executor, userId: string): Promise<void> {
-    await db.updateTable('oidc_flows').set({ session_id: null }).where('user_id', '=', userId).where('session_id', 'is not', null).execute()
-  },
-
-  /** The session a link flow is still bound to (null once the account's sessions ended). */
-  async sessionOf(db: Executor, stateHash: string): Promise<string | null> {
-    return (await db.selectFrom('oidc_flows').select('session_id').where('state_hash', '=', stateHash).executeTakeFirst())?.session_id ?? null
+  async linkStands(db: Executor, stateHash: string, now: number): Promise<boolean> {
+    return (await db.selectFrom('oidc_flows').select('state_hash').where('state_hash', '=', stateHash).where('session_id', 'is not', null).where(proofStands('oidc_flows', now)).executeTakeFirst()) !== undefined
   },
 
   /** Retention: up to `limit` flows that expired before `before`. */

@@ -21,6 +21,20 @@ ${continueLink(brand)}`)
     return layout(brand, 'This address is already in use', html`<p>Another ${brand.appName} account uses this address now, so yours keeps its current address. Nothing was changed.</p>`)
   },
 
+  cancel(brand: PageBrand, token: string, newEmail: string): Html {
+    return layout(brand, 'Cancel the change of address', html`<p>Someone asked to move your ${brand.appName} account to <strong>${newEmail}</strong>. Press the button to cancel the change and sign out the session that asked for it.</p>
+${form('cancel-email-change', [], { token }, 'Cancel the change')}`)
+  },
+
+  cancelled(brand: PageBrand): Html {
+    return layout(brand, 'The change was cancelled', html`<p>Your account keeps its address, and the session that asked for the change was signed out. If you did not ask for it, choose a new password and sign out of every device: someone else may know your password.</p>
+${continueLink(brand)}`)
+  },
+
+  nothingToCancel(brand: PageBrand): Html {
+    return layout(brand, 'Nothing to cancel', html`<p>No change of address is waiting for this link: it was cancelled already, it expired, it ended when the account's sessions were signed out, or the change was made. If your address was changed without you, contact the ${brand.appName} team.</p>`)
+  },
+
   dead(brand: PageBrand): Html {
     return layout(brand, 'This link no longer works', html`<p>The link is unknown, has been used already, or has expired. Sign in and ask for the change again.</p>`)
   },

@@ -73,4 +73,18 @@ export async function profilePageRoutes(app: FastifyInstance, deps: { profile: P
     if (outcome.changed) return send(reply, 200, profilePages.changed(brand, outcome.email))
     return outcome.reason === 'taken' ? send(reply, 409, profilePages.taken(brand)) : send(reply, 400, profilePages.dead(brand))
   })
+
+  // The notice to the old address: GET shows the button, POST cancels (docs/profile.md).
+  app.get<{ Querystring: { token?: unknown } }>('/cancel-email-change', async (request, reply) => {
+    const token = tokenOf(request.query.token)
+    const newEmail = token ? await profile.pendingChange(token, 'cancel') : null
+    if (!token || newEmail === null) return send(reply, 400, profilePages.nothingToCancel(brand))
+    return send(reply, 200, profilePages.cancel(brand, token, newEmail))
+  })
+
+  app.post('/cancel-email-change', async (request, reply) => {
+    const token = tokenOf(((request.body as Form | undefined) ?? {}).token)
+    const cancelled = token ? await profile.cancelEmailChange(token, requestContext(request)) : false
+    return cancelled ? send(reply, 200, profilePages.cancelled(brand)) : send(reply, 400, profilePages.nothingToCancel(brand))
+  })
 }

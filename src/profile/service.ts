@@ -14,7 +14,7 @@ import { AppError } from '../errors.ts'
 import type { Limits } from '../limits/limits.ts'
 import { securityNoticeMail, type MailBrand } from '../mail/index.ts'
 import type { MailQueue } from '../mail/queue.ts'
-import { emailChangeMail } from '../mail/templates.ts'
+import { emailChangeMail, emailChangeNoticeMail } from '../mail/templates.ts'
 import type { AccountEvents } from '../webhooks/events.ts'
 import { emailChanges } from './store.ts'
 
@@ -24,10 +24,12 @@ export interface ProfileDeps {
   hasher: PasswordHasher
   limits: Limits
   mailQueue: MailQueue
-  /** Ends the other sessions, in the change's transaction. */
-  lifecycle: Pick<LifecycleService, 'endOtherSessions'>
+  /** Ends the other sessions, in the change's transaction; a cancelled change ends the session that asked. */
+  lifecycle: Pick<LifecycleService, 'endOtherSessions' | 'endSession'>
   /** The link mailed to the new address: `{PUBLIC_URL}/confirm-email-change?token=` + the token. */
   confirmUrl: string
+  /** The link in the notice to the old address: `{PUBLIC_URL}/cancel-email-change?token=` + the token. */
+  cancelUrl: string
   brand: MailBrand
   /** The webhooks' outbox (src/webhooks/): events written in the transaction of the change. */
   events: AccountEvents
@@ -94,27 +96,54 @@ export class ProfileService {
     // Checked before the previous link is retired: a refused request must not kill a link on its way.
     await this.deps.limits.assertMailAllowed(newEmail)
     const token = randomBytes(32).toString('base64url')
+    const cancelToken = randomBytes(32).toString('base64url')
     const now = this.deps.clock.now()
     await this.db.transaction().execute(async (trx) => {
-      await emailChanges.replace(trx, { token_hash: hashOneTimeToken(token), user_id: user.id, new_email: newEmail, session_id: principal.sessionId, created_at: now, expires_at: now + VERIFICATION_TTL_MS })
+      await emailChanges.replace(trx, {
+        token_hash: hashOneTimeToken(token),
+        cancel_hash: hashOneTimeToken(cancelToken),
+        user_id: user.id,
+        new_email: newEmail,
+        // A pending proof (src/auth/pending-proofs.ts): it dies with this session and with every
+        // event that ends all the account's sessions, judged where the link is used.
+        session_id: principal.sessionId,
+        credential_epoch: user.credential_epoch,
+        created_at: now,
+        expires_at: now + VERIFICATION_TTL_MS,
+      })
       const link = `${this.deps.confirmUrl}${encodeURIComponent(token)}`
       await this.deps.mailQueue.enqueue(trx, { userId: user.id, kind: 'email_change', message: emailChangeMail(this.deps.brand, newEmail, link, token) })
-      await this.deps.mailQueue.enqueue(trx, {
-        userId: user.id,
-        kind: 'security_notice',
-        message: securityNoticeMail(this.deps.brand, user.email, {
-          subject: 'A change of your e-mail address was asked for',
-          what: `Someone signed in to your ${this.deps.brand.appName} account asked to change its address to ${newEmail}. Nothing changes unless the link sent to that address is used.`,
-        }),
-      })
+      const cancelLink = `${this.deps.cancelUrl}${encodeURIComponent(cancelToken)}`
+      await this.deps.mailQueue.enqueue(trx, { userId: user.id, kind: 'security_notice', message: emailChangeNoticeMail(this.deps.brand, user.email, newEmail, cancelLink, cancelToken) })
       await recordEvent(trx, this.deps.clock, { type: 'email.change_requested', userId: user.id, context })
     })
     this.deps.mailQueue.kick()
   }
 
-  /** The new address of a live link, or null; nothing is used up (a GET of the link must not burn it). */
-  async pendingChange(token: string): Promise<string | null> {
-    return (await emailChanges.findLive(this.db, hashOneTimeToken(token), this.deps.clock.now()))?.new_email ?? null
+  /**
+   * The new address of a live link (its confirmation's, or with `cancel` its cancellation's), or
+   * null; nothing is used up (a GET of the link must not burn it).
+   */
+  async pendingChange(token: string, link: 'confirm' | 'cancel' = 'confirm'): Promise<string | null> {
+    const by = link === 'confirm' ? { tokenHash: hashOneTimeToken(token) } : { cancelHash: hashOneTimeToken(token) }
+    return (await emailChanges.findLive(this.db, by, this.deps.clock.now()))?.new_email ?? null
+  }
+
+  /**
+   * The owner, told at the old address, did not ask: the change ends and so does the session that
+   * asked for it (a password that leaked, a device left signed in). False when there was nothing
+   * pending to cancel (already used, cancelled, expired, or dead with the account's sessions).
+   */
+  async cancelEmailChange(cancelToken: string, context: RequestContext): Promise<boolean> {
+    const change = await emailChanges.findLive(this.db, { cancelHash: hashOneTimeToken(cancelToken) }, this.deps.clock.now())
+    if (!change) return false
+    const cancelled = await this.db.transaction().execute(async (trx) => {
+      if (!(await emailChanges.consume(trx, change.token_hash, this.deps.clock.now()))) return false
+      await recordEvent(trx, this.deps.clock, { type: 'email.change_cancelled', userId: change.user_id, context })
+      return true
+    })
+    if (cancelled) await this.deps.lifecycle.endSession(change.user_id, change.session_id, context)
+    return cancelled
   }
 
   /**
@@ -125,13 +154,16 @@ export class ProfileService {
    */
   async confirmEmailChange(token: string, context: RequestContext): Promise<EmailChangeOutcome> {
     const tokenHash = hashOneTimeToken(token)
-    const change = await emailChanges.findLive(this.db, tokenHash, this.deps.clock.now())
+    const change = await emailChanges.findLive(this.db, { tokenHash }, this.deps.clock.now())
     if (!change) return { changed: false, reason: 'dead' }
     try {
       await this.deps.lifecycle.endOtherSessions(change.user_id, change.session_id, { type: 'email.changed', context }, async (trx) => {
         const now = this.deps.clock.now()
         if (!(await users.lockRow(trx, change.user_id))) throw new Refused('dead')
         const user = (await users.findById(trx, change.user_id))!
+        // Judged again under the row lock, with the link spent (consume below): the account is
+        // still active and nothing ended its sessions or the asking one since the lookup.
+        if (user.status !== 'active') throw new Refused('dead')
         const holder = await users.findByEmail(trx, change.new_email)
         if (holder && holder.id !== user.id) throw new Refused('taken')
         if (!(await emailChanges.consume(trx, tokenHash, now))) throw new Refused('dead')

@@ -1,4 +1,5 @@
 import type { Kysely, Selectable } from 'kysely'
+import { proofStands } from '../auth/pending-proofs.ts'
 import type { Database, EmailChangesTable } from '../db/schema.ts'
 
 type Executor = Kysely<Database>
@@ -12,19 +13,17 @@ export const emailChanges = {
     await db.insertInto('email_changes').values({ ...row, used_at: null }).execute()
   },
 
-  async findLive(db: Executor, tokenHash: string, now: number): Promise<EmailChangeRow | null> {
-    return (
-      (await db
-        .selectFrom('email_changes')
-        .selectAll()
-        .where('token_hash', '=', tokenHash)
-        .where('used_at', 'is', null)
-        .where('expires_at', '>', now)
-        .executeTakeFirst()) ?? null
-    )
+  /**
+   * A change still pending: unused, unexpired, and standing as every pending proof must
+   * (src/auth/pending-proofs.ts): the session that asked is live and the account's sessions have not
+   * all ended since. `by` is the link's token hash, or the cancelling link's.
+   */
+  async findLive(db: Executor, by: { tokenHash: string } | { cancelHash: string }, now: number): Promise<EmailChangeRow | null> {
+    const query = db.selectFrom('email_changes').selectAll().where('used_at', 'is', null).where('expires_at', '>', now).where(proofStands('email_changes', now))
+    return (await ('tokenHash' in by ? query.where('token_hash', '=', by.tokenHash) : query.where('cancel_hash', '=', by.cancelHash)).executeTakeFirst()) ?? null
   },
 
-  /** Uses the link up, if it still was live: of two confirmations at once, one wins. */
+  /** Uses the link up, if it still was live and standing: of two confirmations (or a confirmation and a cancel) at once, one wins. */
   async consume(db: Executor, tokenHash: string, now: number): Promise<boolean> {
     const result = await db
       .updateTable('email_changes')
@@ -32,6 +31,7 @@ export const emailChanges = {
       .where('token_hash', '=', tokenHash)
       .where('used_at', 'is', null)
       .where('expires_at', '>', now)
+      .where(proofStands('email_changes', now))
       .executeTakeFirst()
     return result.numUpdatedRows > 0n
   },
@@ -49,6 +49,7 @@ export const emailChanges = {
         .where('user_id', '=', userId)
         .where('used_at', 'is', null)
         .where('expires_at', '>', now)
+        .where(proofStands('email_changes', now))
         .executeTakeFirst()) ?? null
     )
   },

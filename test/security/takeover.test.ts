@@ -4,6 +4,7 @@ import { after, before, describe, test } from 'node:test'
 import type { LightMyRequestResponse } from 'fastify'
 import { decodeJwt } from 'jose'
 import type { PasswordHasher } from '../../src/auth/passwords.ts'
+import { proofStands } from '../../src/auth/pending-proofs.ts'
 import { ENGINES } from '../helpers/db.ts'
 import { fastHasher, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 import { tokenFromMail, type MailCatcher } from '../helpers/mail.ts'
@@ -151,8 +152,9 @@ for (const engine of ENGINES) {
     }
     const liveSessions = async (userId: string) =>
       (await t.app.services.db.kysely.selectFrom('sessions').select('id').where('user_id', '=', userId).where('revoked_at', 'is', null).execute()).map((row) => row.id).sort()
+    /** Registration challenges of the account that would still be accepted: unused, unexpired and standing (src/auth/pending-proofs.ts). */
     const registrationChallenges = async (userId: string) =>
-      (await t.app.services.db.kysely.selectFrom('webauthn_challenges').select('id').where('user_id', '=', userId).where('purpose', '=', 'register').execute()).length
+      (await t.app.services.db.kysely.selectFrom('webauthn_challenges').select('id').where('user_id', '=', userId).where('purpose', '=', 'register').where('used_at', 'is', null).where('expires_at', '>', t.clock.now()).where(proofStands('webauthn_challenges', t.clock.now())).execute()).length
 
     /** A provider sign-in, start to exchange, as the typed client makes it (S256 challenge, then its verifier). */
     const providerSignIn = async (who: TestAccount) => {
