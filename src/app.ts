@@ -2,6 +2,9 @@ import { randomUUID } from 'node:crypto'
 import Fastify, { LogController, type FastifyInstance } from 'fastify'
 import { dataRightsRoutes, protectedLifecycleRoutes, publicLifecycleRoutes } from './accounts/routes.ts'
 import { adminRoutes } from './admin/routes.ts'
+import { invitationPageRoutes } from './authz/invitation-pages.ts'
+import { organizationAdminRoutes, protectedOrganizationRoutes } from './authz/org-routes.ts'
+import { roleAdminRoutes } from './authz/roles-routes.ts'
 import { CookieTransport } from './auth/cookie-transport.ts'
 import { protectedAuthRoutes, publicAuthRoutes } from './auth/routes.ts'
 import { BotProtection, CaptchaVerifier } from './captcha/verifier.ts'
@@ -185,6 +188,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   await app.register(emailPageRoutes, { email: services.email, limits, brand, ownOrigin: new URL(config.publicUrl).origin })
   // The change-of-address link's page, beside them (src/profile/).
   await app.register(profilePageRoutes, { profile: services.profile, brand, ownOrigin: new URL(config.publicUrl).origin })
+  // The invitation link's page, beside them (src/authz/).
+  await app.register(invitationPageRoutes, { invitations: services.invitations, brand, ownOrigin: new URL(config.publicUrl).origin, mode: config.organizations })
   // Portcullis as an OpenID provider: the library's endpoints under /oauth/, and its pages (src/provider/).
   await app.register(providerRoutes, {
     provider: services.provider, clients: services.clients, auth, mfa, lifecycle, limits, hasher, brand,
@@ -215,6 +220,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
         await dataRightsRoutes(scope, dataRights, limits, hasher, cookies, recent)
         // The user's name and address (src/profile/).
         await protectedProfileRoutes(scope, { profile: services.profile, auth, limits, hasher, recent })
+        // Organisations, their members and invitations (src/authz/).
+        await protectedOrganizationRoutes(scope, { organizations: services.organizations, invitations: services.invitations, limits })
         await protectedMfaRoutes(scope, mfa, limits, recent)
         await protectedOidcRoutes(scope, oidc, recent, oidcRoutes)
         // The apps the user approved through the OpenID provider (src/provider/).
@@ -230,6 +237,10 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       await api.register(adminRoutes, { admin, apiKeys, limits, clients: services.clients })
       // The operators' webhook endpoints and their deliveries (src/webhooks/).
       await api.register(webhookAdminRoutes, { webhooks: services.webhooks, apiKeys, limits })
+      // Operators make organisations for accounts (src/authz/).
+      await api.register(organizationAdminRoutes, { organizations: services.organizations, apiKeys, limits })
+      // The roles catalogue, users' global roles and app_metadata (src/authz/).
+      await api.register(roleAdminRoutes, { roles: services.roles, admin, apiKeys, limits })
     },
     { prefix: config.basePath },
   )

@@ -4,11 +4,13 @@ import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { DEFAULT_MIGRATION_TABLE } from 'kysely'
 import { AccountService, DISABLE_REASONS, UnknownUserError, type DisableReason } from './accounts/service.ts'
 import { ApiKeyError, ApiKeyService, SCOPES, type Scope } from './admin/api-keys.ts'
+import { CLI_CONTEXT } from './audit/events.ts'
 import { AuditLog, eventView } from './audit/service.ts'
 import { KeyEncryptionError, KeySealer, resolveKek } from './auth/key-encryption.ts'
 import { describeKeys, rewrapStoredKeys, rotateSigningKeys, sealedSecret, sealStoredKeys } from './auth/keys.ts'
 import { REFRESH_TTL_SECONDS } from './auth/tokens.ts'
 import { systemClock, type Clock } from './clock.ts'
+import { RolesService } from './authz/roles.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { migrate, openDatabase, sqliteFile, type Db } from './db/index.ts'
 import { secrets, signingKeys } from './db/repositories.ts'
@@ -184,6 +186,21 @@ async function accountServiceOn(db: Db, clock: Clock): Promise<AccountService> {
   return new AccountService(db, clock, accountSignOut(clock), writeOnlyOutbox(db, clock))
 }
 
+/**
+ * The roles catalogue and users' roles on the server's database. Each change moves the claims
+ * versions and writes the change feed in its transaction, so the running instances refuse the older
+ * access tokens within the revocation bound, as for a change through the admin API.
+ */
+function rolesService(context: Context, run: (roles: RolesService, db: Db) => Promise<number>): Promise<number> {
+  return withDatabase(loadConfig(context.env), context.io, (db) => run(new RolesService({ db, clock: context.clock, events: writeOnlyOutbox(db, context.clock), applyLocally: () => {} }), db))
+}
+
+/** A repeatable option's values, each of which may also be a comma-separated list. */
+function listOption(value: string | boolean | string[] | undefined): string[] {
+  const values = Array.isArray(value) ? value : typeof value === 'string' ? [value] : []
+  return values.flatMap((item) => item.split(',')).map((item) => item.trim()).filter(Boolean)
+}
+
 /** The webhook endpoints on the server's database, sealing secrets under the server's key. */
 function webhookService(context: Context, run: (webhooks: WebhookService) => Promise<number>): Promise<number> {
   const config = loadConfig(context.env)
@@ -298,6 +315,26 @@ const commands: Command[] = [
         context.io.out(`${email}: deleted (user id ${user_id}); the address may register again`)
         return 0
       }),
+  },
+  {
+    name: 'users roles',
+    args: 'EMAIL [--add ROLE] [--remove ROLE]',
+    summary: "show a user's global roles, or change them (as PUT /admin/users/{id}/roles)",
+    help: ['--add and --remove may be repeated, or take a comma-separated list; without either the roles are shown.', 'The user\'s older access tokens stop working on every instance within the revocation bound.'],
+    options: { add: { type: 'string', multiple: true }, remove: { type: 'string', multiple: true } },
+    positionals: 1,
+    run: (context) => {
+      const add = listOption(context.values.add)
+      const remove = listOption(context.values.remove)
+      return rolesService(context, async (roles, db) => {
+        const user = await (await accountServiceOn(db, context.clock)).find(context.positionals[0]!)
+        const now = add.length === 0 && remove.length === 0
+          ? await roles.rolesOf(user.id)
+          : await roles.setUserRoles(user.id, (current) => [...current, ...add].filter((role) => !remove.includes(role)), CLI_CONTEXT)
+        context.io.out(`${user.email}: ${now.length === 0 ? 'no roles' : `roles ${now.join(', ')}`}`)
+        return 0
+      })
+    },
   },
   {
     name: 'events list',
@@ -546,6 +583,59 @@ const commands: Command[] = [
         const rotated = await clients.rotateSecret(context.positionals[0]!)
         context.io.out(json(rotated))
         context.io.err(`portcullis: client ${rotated.client.client_id}: this is the only time the new secret is shown; the old one no longer works`)
+        return 0
+      }),
+  },
+  {
+    name: 'roles list',
+    args: '[--json]',
+    summary: 'list the roles catalogue: name, builtin, permissions, description',
+    help: [JSON_HELP],
+    options: JSON_OPTION,
+    run: (context) =>
+      rolesService(context, async (roles) => {
+        printList(context, await roles.list(), ['name', 'builtin', 'permissions', 'description'])
+        return 0
+      }),
+  },
+  {
+    name: 'roles show',
+    args: 'NAME',
+    summary: 'print a role as JSON',
+    positionals: 1,
+    run: (context) =>
+      rolesService(context, async (roles) => {
+        context.io.out(json({ role: await roles.get(context.positionals[0]!) }))
+        return 0
+      }),
+  },
+  {
+    name: 'roles add',
+    args: 'NAME --permissions P[,P] [--description D]',
+    summary: 'add a role to the catalogue and print it as JSON (as POST /admin/roles)',
+    help: ['Permissions are resource:action (watchlists:read, reports:*); --permissions may be repeated; --permissions "" makes a role with none.'],
+    options: { permissions: { type: 'string', multiple: true }, description: { type: 'string' } },
+    positionals: 1,
+    run: (context) => {
+      if (context.values.permissions === undefined) throw new UsageError('--permissions is required (a comma-separated list; "" for none)', usageOf('roles add'))
+      const { description } = context.values as { description?: string }
+      return rolesService(context, async (roles) => {
+        context.io.out(json({ role: await roles.create({ name: context.positionals[0]!, description, permissions: listOption(context.values.permissions) }, CLI_CONTEXT) }))
+        return 0
+      })
+    },
+  },
+  {
+    name: 'roles remove',
+    args: 'NAME [--force]',
+    summary: 'remove a role (never a built-in one); --force takes it from every user and membership holding it first',
+    options: { force: { type: 'boolean' } },
+    positionals: 1,
+    run: (context) =>
+      rolesService(context, async (roles) => {
+        const removed = await roles.remove(context.positionals[0]!, context.values.force === true, CLI_CONTEXT)
+        const from = removed.users + removed.memberships > 0 ? `, taken from ${removed.users} user(s) and ${removed.memberships} membership(s)` : ''
+        context.io.out(`role ${removed.name}: removed${from}`)
         return 0
       }),
   },

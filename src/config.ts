@@ -51,6 +51,7 @@ const EnvSchema = Type.Object({
   OIDC_PROVIDERS: Type.Optional(Type.String({ minLength: 1, maxLength: 400 })),
   OIDC_REDIRECT_ORIGINS: Type.Optional(Type.String({ minLength: 1 })),
   EMAIL_SIGNUP: Type.Boolean({ default: false }),
+  ORGANIZATIONS: Type.Union([Type.Literal('on'), Type.Literal('off'), Type.Literal('admin')], { default: 'on' }),
   CAPTCHA_PROVIDER: Type.Optional(Type.Union([Type.Literal('turnstile'), Type.Literal('hcaptcha')])),
   CAPTCHA_SECRET: Type.Optional(Type.String({ minLength: 1, maxLength: 512, pattern: '^[\\x21-\\x7e]+$' })),
   CAPTCHA_SITE_KEY: Type.Optional(Type.String({ minLength: 1, maxLength: 256, pattern: '^[A-Za-z0-9_-]+$' })),
@@ -332,6 +333,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     captcha: captchaSettings(env, production),
     /** EMAIL_SIGNUP: the first e-mailed sign-in of an unknown address makes a verified account without a password. */
     emailSignup: env.EMAIL_SIGNUP,
+    /** ORGANIZATIONS: on (users create them), admin (only operators do, POST /admin/organizations), off (no organisation routes: 404). */
+    organizations: env.ORGANIZATIONS,
     publicUrl,
     tls,
     trustProxy,

@@ -21,6 +21,8 @@ export const ErrorCodes = {
   REQUEST_TIMEOUT: { status: 408, message: 'The request was not received in time.' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'The request body must be application/json.' },
   LIMIT_EXCEEDED: { status: 409, message: 'A limit has been reached.' },
+  FORBIDDEN: { status: 403, message: 'Your roles do not allow this.' },
+  LAST_OWNER: { status: 409, message: 'The organisation needs another owner first.' },
   HTTPS_REQUIRED: { status: 403, message: 'This service only answers over HTTPS.' },
   INVALID_API_KEY: { status: 401, message: 'The API key is not valid.' },
   INSUFFICIENT_SCOPE: { status: 403, message: 'The API key lacks the scope this route needs.' },

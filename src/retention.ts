@@ -9,6 +9,7 @@ import { ceremonies, challenges } from './mfa/store.ts'
 import { deleteExpiredLoginCodes } from './auth/login-codes.ts'
 import { signIns } from './email/store.ts'
 import { emailChanges } from './profile/store.ts'
+import { invitationStore } from './authz/org-store.ts'
 import { deliveries as webhookDeliveries, deliveryTable as webhookTable } from './webhooks/store.ts'
 import { flows } from './oidc/store.ts'
 import { pruneLogoutDeliveries } from './provider/logouts.ts'
@@ -122,6 +123,7 @@ export class Retention {
         deleted += await deleteExpiredLoginCodes(kysely, ended, limit)
         deleted += await signIns.deleteExpired(kysely, ended, limit)
         deleted += await emailChanges.deleteExpired(kysely, ended, limit)
+        deleted += await invitationStore.deleteExpired(kysely, ended, limit)
         return deleted
       }),
       mail: await this.drain((limit) => outbox.deleteClosed(kysely, now - MAIL_RECORD_KEEP_MS, limit)),

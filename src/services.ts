@@ -12,6 +12,10 @@ import { AdminService } from './admin/service.ts'
 import { boundedHasher, createArgon2Hasher, loadCommonPasswords, type BoundedHasher, type PasswordHasher } from './auth/passwords.ts'
 import { SessionGate } from './auth/revocation.ts'
 import { SessionOpener } from './auth/sessions.ts'
+import { ClaimsSource } from './authz/claims.ts'
+import { InvitationService } from './authz/invitations.ts'
+import { RolesService } from './authz/roles.ts'
+import { OrganizationService } from './authz/organizations.ts'
 import { LoginCodes } from './auth/login-codes.ts'
 import { AccountSignOut } from './auth/sign-out.ts'
 import { EmailSignIn } from './email/service.ts'
@@ -92,6 +96,11 @@ export interface AppServices {
   email: EmailSignIn
   /** The user's name and address (src/profile/). */
   profile: ProfileService
+  /** Organisations, their members (src/authz/organizations.ts) and invitations (src/authz/invitations.ts). */
+  organizations: OrganizationService
+  invitations: InvitationService
+  /** The roles catalogue, users' global roles and app_metadata (src/authz/roles.ts). */
+  roles: RolesService
   /** Events to the application (src/webhooks/): the endpoints, the outbox and its delivery queue. */
   webhooks: WebhookService
   lifecycle: LifecycleService
@@ -198,7 +207,9 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const events = webhooks.outbox
   const tokens = new TokenService(keys, { issuer: config.issuer, audience: config.audience, clock, ...(overrides.tokenCacheSize ? { cacheSize: overrides.tokenCacheSize } : {}) })
   const brand = { appName: config.appName }
-  const sessions = new SessionOpener({ tokens, clock, commits, requireEmailVerification: config.requireEmailVerification })
+  // What every token claims the user may do, asked by every issuer through this one seam (src/authz/).
+  const claims = new ClaimsSource(db, feed)
+  const sessions = new SessionOpener({ tokens, clock, commits, claims, requireEmailVerification: config.requireEmailVerification })
   const mfa: MfaService = new MfaService({
     db, clock, sealer, sessions, tokens, limits, mailQueue, brand, events,
     hasher: new SecretHasher(await sealedSecret(db, sealer, 'mfa_hmac', clock.now())),
@@ -252,6 +263,8 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     cancelUrl: `${config.publicUrl}/cancel-email-change?token=`,
     recentMs: config.mfaStepUpMs,
   })
+  const organizations = new OrganizationService({ db, clock, events, cursors, applyLocally: (changes) => feed.applyLocally(changes), mode: config.organizations })
+  const invitations = new InvitationService({ db, clock, mailQueue, brand, organizations, acceptUrl: `${config.publicUrl}/accept-invitation?token=` })
   const clients = new ClientRegistry({ db, clock, sealer })
   const resourceTokens = new ResourceTokens({ db, keys: infra.keys, gate, clock, sessions, issuer: config.provider.issuer, resource: config.audience })
   const provider = new ProviderService({
@@ -264,12 +277,14 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     endSession: (userId, sessionId, context) => lifecycle.endSession(userId, sessionId, context),
     metrics: infra.metrics,
     resourceTokens,
+    claims,
     allowLoopbackFetch: !config.production,
   })
-  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc, apps: provider, mail: mailQueue })
+  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc, apps: provider, mail: mailQueue, organizations })
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
-  const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider)
-  return { tokens, auth, mfa, oidc, email, profile, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
+  const roles = new RolesService({ db, clock, events, applyLocally: (changes) => feed.applyLocally(changes) })
+  const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider, roles)
+  return { tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {

@@ -1,11 +1,12 @@
-// The sample app: every sign-in and account screen, through the typed client (docs/client.md).
+// The sample app: every sign-in and account screen, and organisations sharing watchlists, through
+// the typed client (docs/client.md).
 // The client is served by serve.mjs from its compiled ES modules; config.js is written by serve.mjs
 // too, with the service's address for this run.
 import { PortcullisClient, PortcullisError } from '/client/index.js'
 import { API_BASE, CAPTCHA, OUTBOX } from '/config.js'
 import {
-  $, announce, hideRecoveryCodes, hideTotpSetup, renderFactors, renderMe, renderProviders, renderSessions,
-  showRecoveryCodes, showSecondStep, showTotpSetup, showView,
+  $, announce, hideRecoveryCodes, hideTotpSetup, renderFactors, renderInvitations, renderMe, renderMembers, renderOrganizations,
+  renderProviders, renderSessions, renderSharedWatchlists, showOrganization, showRecoveryCodes, showSecondStep, showTotpSetup, showView,
 } from '/view.js'
 
 const SESSION_ENDED = {
@@ -68,6 +69,8 @@ const registerCaptcha = captchaWidget($('register-captcha'))
 let mfaToken = null
 /** The authenticator app being added: its factor id, until a code confirms it. */
 let totpFactorId = null
+/** The signed-in user's id (from me()): their own row in a member list has no role to change. */
+let myUserId = null
 
 /** What went wrong, in words for the person. */
 function describe(error) {
@@ -204,8 +207,14 @@ const PROVIDER_ERRORS = {
 async function signedIn(message) {
   hideTotpSetup()
   hideRecoveryCodes()
-  renderMe(await client.me())
-  await Promise.all([refreshSessions(), refreshFactors()])
+  const me = await client.me()
+  myUserId = me.user_id
+  renderMe(me)
+  // A service with ORGANIZATIONS=off has none to list: the rest of the page works all the same.
+  const organizations = refreshOrganizations().catch((error) => {
+    $('active-organization').textContent = `Organisations are not available: ${describe(error)}`
+  })
+  await Promise.all([refreshSessions(), refreshFactors(), organizations])
   showView(true)
   announce(message)
 }
@@ -270,6 +279,107 @@ onClick($('add-passkey'), async () => {
 $('recovery-done').addEventListener('click', () => {
   hideRecoveryCodes()
   $('factors-heading').focus()
+})
+
+// Organisations -------------------------------------------------------------------------------
+
+/**
+ * The organisations and, for the active one (the session's, as its access token says: claims()),
+ * its shared watchlists, members and invitations. What the forms offer follows from the token's
+ * permissions there (client.can()); the service still decides on every call.
+ */
+async function refreshOrganizations() {
+  // Read after the call: a change of the user's roles or memberships makes the next call refresh
+  // the token first (TOKEN_EXPIRED, then a refresh the client makes by itself), and claims() follows.
+  const organizations = await client.listOrganizations()
+  const active = organizations.find((organization) => organization.id === client.claims()?.org_id) ?? null
+  renderOrganizations(organizations, active, (organization, button) =>
+    act(button, async () => {
+      await client.switchOrganization(organization.id)
+      await refreshOrganizations()
+      announce(`Switched to ${organization.name}.`)
+      $('organization-heading').focus()
+    }),
+  )
+  const mayInvite = Boolean(active) && client.can('members:invite')
+  showOrganization(active, { mayWrite: Boolean(active) && client.can('watchlists:write'), mayInvite })
+  if (!active) return
+  const [lists, members, invitations] = await Promise.all([
+    client.listWatchlists({ organization_id: active.id }),
+    client.listMembers(active.id),
+    mayInvite ? client.listInvitations(active.id) : [],
+  ])
+  renderSharedWatchlists(lists.watchlists)
+  const manage = client.can('members:manage')
+    ? {
+        selfId: myUserId,
+        onChange: (member, role, button) =>
+          act(button, async () => {
+            await client.updateMember(active.id, member.user_id, [role])
+            await refreshOrganizations()
+            announce(`${member.full_name || member.email} is now ${{ owner: 'an owner', admin: 'an admin', member: 'a member' }[role] ?? role}.`)
+          }),
+      }
+    : null
+  renderMembers(members.members, manage)
+  renderInvitations(invitations, (invitation, button) =>
+    act(button, async () => {
+      await client.revokeInvitation(active.id, invitation.id)
+      await refreshOrganizations()
+      announce(`The invitation of ${invitation.email} is withdrawn.`)
+    }),
+  )
+}
+
+onSubmit($('create-organization-form'), async ({ name }) => {
+  const organization = await client.createOrganization(name.trim())
+  $('create-organization-form').reset()
+  // The creator is its owner; working in it at once is what they came for.
+  await client.switchOrganization(organization.id)
+  await refreshOrganizations()
+  announce(`${organization.name} created. This session works in it now.`)
+})
+
+onClick($('leave-organization-view'), async () => {
+  await client.switchOrganization(null)
+  await refreshOrganizations()
+  announce('Back to your own account.')
+})
+
+onSubmit($('shared-watchlist-form'), async ({ name, symbols }) => {
+  const organizationId = client.claims()?.org_id
+  const list = await client.createWatchlist({
+    name: name.trim(),
+    symbols: symbols.split(/[\s,]+/).filter(Boolean),
+    organization_id: organizationId,
+  })
+  $('shared-watchlist-form').reset()
+  await refreshOrganizations()
+  announce(`Shared watchlist “${list.name}” created.`)
+})
+
+onSubmit($('invite-form'), async ({ email, role }) => {
+  const invitation = await client.invite(client.claims()?.org_id, { email: email.trim(), roles: [role] })
+  $('invite-form').reset()
+  await refreshOrganizations()
+  announce(`Invitation sent to ${invitation.email}. Here the mail is a file in ${OUTBOX}/.`)
+})
+
+/** The token of an invitation link (`.../accept-invitation?token=...`), or what was pasted as it is. */
+function invitationToken(pasted) {
+  const text = pasted.trim()
+  try {
+    return new URL(text).searchParams.get('token') ?? text
+  } catch {
+    return text
+  }
+}
+
+onSubmit($('accept-invitation-form'), async ({ token }) => {
+  await client.acceptInvitation(invitationToken(token))
+  $('accept-invitation-form').reset()
+  await refreshOrganizations()
+  announce('Invitation accepted: the organisation is in your list. Switch to it to see what it shares.')
 })
 
 onClick($('logout'), async () => {

@@ -141,3 +141,78 @@ export function renderProviders(providers, onChoose) {
     }),
   )
 }
+
+const ROLE_NAMES = { owner: 'Owner', admin: 'Admin', member: 'Member' }
+const rolesText = (roles) => roles.map((role) => ROLE_NAMES[role] ?? role).join(', ')
+
+/**
+ * The user's organisations, each with a Switch button that calls onSwitch(organization), except
+ * the active one, which is marked; and a line saying where the session works now.
+ */
+export function renderOrganizations(organizations, active, onSwitch) {
+  $('active-organization').textContent = active
+    ? `This session works in ${active.name}, as ${rolesText(active.roles)}.`
+    : organizations.length === 0
+      ? 'You belong to no organisation yet: create one, or accept an invitation.'
+      : 'This session works in your own account. Switch to an organisation to see its shared watchlists.'
+  $('leave-organization-view').hidden = !active
+  $('organizations').replaceChildren(
+    ...organizations.map((organization) => {
+      const current = active?.id === organization.id
+      const control = current ? h('span', { class: 'badge' }, 'Active') : h('button', { type: 'button', class: 'quiet' }, 'Switch to ', organization.name)
+      if (!current) control.addEventListener('click', () => onSwitch(organization, control))
+      return h('li', { 'data-organization': organization.id }, h('div', {}, h('strong', {}, organization.name), h('br'), h('small', {}, rolesText(organization.roles))), control)
+    }),
+  )
+}
+
+/**
+ * The active organisation's panel: its shared watchlists, members and pending invitations, and the
+ * forms the user's permissions there allow (from the token: client.can()).
+ */
+export function showOrganization(organization, { mayWrite, mayInvite }) {
+  $('organization').hidden = !organization
+  if (!organization) return
+  $('organization-heading').textContent = `Shared watchlists of ${organization.name}`
+  $('shared-watchlist-form').hidden = !mayWrite
+  $('invite-form').hidden = !mayInvite
+  $('invitations').hidden = !mayInvite
+}
+
+export function renderSharedWatchlists(watchlists) {
+  $('shared-watchlists').replaceChildren(
+    ...(watchlists.length === 0
+      ? [h('li', {}, h('span', { class: 'hint' }, 'No shared watchlist yet.'))]
+      : watchlists.map((list) => h('li', { 'data-watchlist': list.id }, h('div', {}, h('strong', {}, list.name), h('br'), h('small', {}, list.symbols.join(' · ') || 'No symbols yet'))))),
+  )
+}
+
+/**
+ * The members. With `manage` (the user may manage members), each other member has a role to choose
+ * and a button that calls manage.onChange(member, role, button).
+ */
+export function renderMembers(members, manage) {
+  $('members').replaceChildren(
+    ...members.map((member) => {
+      const name = member.full_name || member.email
+      const facts = h('div', {}, h('strong', {}, name), h('br'), h('small', {}, `${member.email}, ${rolesText(member.roles)}`))
+      if (!manage || member.user_id === manage.selfId) return h('li', { 'data-member': member.user_id }, facts)
+      const choice = h('select', { 'aria-label': `Role of ${name}` }, ...Object.entries(ROLE_NAMES).map(([role, label]) => h('option', { value: role }, label)))
+      choice.value = member.roles[0] ?? 'member'
+      const change = h('button', { type: 'button', class: 'quiet' }, 'Change role', h('span', { class: 'visually-hidden' }, ` of ${name}`))
+      change.addEventListener('click', () => manage.onChange(member, choice.value, change))
+      return h('li', { 'data-member': member.user_id }, facts, h('div', { class: 'actions' }, choice, change))
+    }),
+  )
+}
+
+/** The invitations not yet accepted, each with a Withdraw button that calls onRevoke(invitation). */
+export function renderInvitations(invitations, onRevoke) {
+  $('invitations').replaceChildren(
+    ...invitations.map((invitation) => {
+      const revoke = h('button', { type: 'button', class: 'quiet' }, 'Withdraw', h('span', { class: 'visually-hidden' }, ` the invitation of ${invitation.email}`))
+      revoke.addEventListener('click', () => onRevoke(invitation, revoke))
+      return h('li', { 'data-invitation': invitation.id }, h('div', {}, h('strong', {}, invitation.email), h('br'), h('small', {}, `Invited as ${rolesText(invitation.roles)}, until ${when(invitation.expires_at)}`)), revoke)
+    }),
+  )
+}

@@ -13,6 +13,7 @@ import type { MfaService } from '../mfa/service.ts'
 import type { OidcService } from '../oidc/service.ts'
 import type { ProviderService } from '../provider/service.ts'
 import type { WatchlistService } from '../watchlists/service.ts'
+import type { OrganizationService } from '../authz/organizations.ts'
 import { statusOf, UnknownUserError, type AccountService } from './service.ts'
 import { accountStore } from './store.ts'
 
@@ -32,6 +33,8 @@ export interface DataRightsDeps {
   apps: Pick<ProviderService, 'appsOf'>
   /** The mail queue: a mail's subject is stored sealed, and only it opens it. */
   mail: Pick<MailQueue, 'subjectOf'>
+  /** The organisations module: the user's memberships. */
+  organizations: Pick<OrganizationService, 'membershipsOf'>
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())
@@ -68,7 +71,7 @@ export class DataRights {
     const user = await users.findById(db, principal.userId)
     if (!user) throw new AppError('INVALID_TOKEN')
     await recordEvent(db, this.deps.clock, { type: 'account.exported', userId: user.id, context })
-    const [sessions, watchlists, events, mail, secondFactors, linked, apps] = await Promise.all([
+    const [sessions, watchlists, events, mail, secondFactors, linked, apps, organizations] = await Promise.all([
       accountStore.allSessions(db, user.id),
       this.deps.watchlists.allOf(user.id),
       this.deps.audit.ofUser(user.id),
@@ -76,6 +79,7 @@ export class DataRights {
       this.deps.secondFactors.summaryOf(user.id),
       this.deps.identities.list(user.id),
       this.deps.apps.appsOf(user.id),
+      this.deps.organizations.membershipsOf(user.id),
     ])
     return {
       user: {
@@ -105,6 +109,7 @@ export class DataRights {
       factors: secondFactors.factors,
       identities: linked.identities,
       apps,
+      organizations,
       mail: mail.map((message) => ({
         id: message.id,
         kind: message.kind,

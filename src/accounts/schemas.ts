@@ -5,6 +5,7 @@ import { AuditEvent } from '../audit/schemas.ts'
 import { Factor } from '../mfa/schemas.ts'
 import { Identity } from '../oidc/schemas.ts'
 import { App } from '../provider/schemas.ts'
+import { OrganizationMembership } from '../authz/org-schemas.ts'
 import { Watchlist } from '../watchlists/schemas.ts'
 
 /** The lifecycle routes' schemas: they validate, serialise, document and type the client. */
@@ -72,6 +73,7 @@ export const AccountExport = Envelope(
     factors: Type.Array(Factor, { description: 'Confirmed second factors, without their secrets' }),
     identities: Type.Array(Identity, { description: 'Identity-provider accounts linked to this one' }),
     apps: Type.Array(App, { description: 'The apps the user let sign in with this account (Portcullis as an OpenID provider)' }),
+    organizations: Type.Array(OrganizationMembership, { description: 'The organisations the user belongs to, with their roles' }),
     mail: Type.Array(
       Type.Object({
         id: Type.String(),

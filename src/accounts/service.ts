@@ -8,6 +8,7 @@ import { AuditLog } from '../audit/service.ts'
 import type { AuditEventRow } from '../audit/store.ts'
 import type { AccountSignOut } from '../auth/sign-out.ts'
 import type { AccountEvents, WebhookEventType } from '../webhooks/events.ts'
+import { releaseMemberships } from '../authz/organizations.ts'
 import { accountStore } from './store.ts'
 
 export type DisableReason = NonNullable<UserRow['disabled_reason']>
@@ -83,16 +84,20 @@ export class AccountService {
     audit: { type: AuditType; reason?: string | null; context: RequestContext },
     write: (trx: Db['kysely'], user: UserRow) => Promise<Change[]>,
     event?: (user: UserRow) => { type: WebhookEventType; data?: Record<string, unknown> } | null,
+    first?: (trx: Db['kysely'], user: UserRow) => Promise<Change[]>,
   ): Promise<{ user: UserRow; changes: Change[] }> {
     const user = await this.find(who)
     const changes = await this.db.kysely.transaction().execute(async (trx) => {
+      // Before anything of the account is written: the locks it takes come first (src/authz/organizations.ts).
+      const early = first ? await first(trx, user) : []
       // Before the write: the account's last event (user.deleted) is written while it still exists.
       const announced = event?.(user)
       if (announced) await this.webhookEvents.emit(trx, announced.type, user, announced.data)
       const changes: Change[] = [{ kind: 'user_changed', user_id: user.id }, ...(await write(trx, user))]
       await publishChanges(trx, changes)
       await recordEvent(trx, this.clock, { type: audit.type, userId: user.id, reason: audit.reason ?? null, context: audit.context })
-      return changes
+      // `first` published its own (claimsChanged does); they are applied here with the rest.
+      return [...early, ...changes]
     })
     this.onChange(changes)
     return { user, changes }
@@ -176,7 +181,9 @@ export class AccountService {
       await watchlists.deleteAllOf(trx, user.id)
       await accountStore.deleteUserData(trx, user.id)
       return sessionRevocations(user.id, live)
-    }, () => ({ type: 'user.deleted', data: { by: context.actor ? 'operator' : 'user' } }))
+    }, () => ({ type: 'user.deleted', data: { by: context.actor ? 'operator' : 'user' } }),
+    // Its organisations: the last owner's own deletion is LAST_OWNER; an operator's leaves them to their admins.
+    (trx, user) => releaseMemberships(trx, { engine: this.db.engine, clock: this.clock, events: this.webhookEvents }, user, context))
     return { user_id: user.id, email: user.email }
   }
 }

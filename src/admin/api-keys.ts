@@ -7,7 +7,7 @@ import { CLI_CONTEXT, recordEvent, type RequestContext } from '../audit/events.t
 import { OncePerWindow } from '../once-per-window.ts'
 import { apiKeyStore, type ApiKeyRow } from './store.ts'
 
-export const SCOPES = ['users:read', 'users:write', 'audit:read', 'clients:read', 'clients:write', 'webhooks:read', 'webhooks:write'] as const
+export const SCOPES = ['users:read', 'users:write', 'audit:read', 'clients:read', 'clients:write', 'webhooks:read', 'webhooks:write', 'roles:read', 'roles:write'] as const
 export type Scope = (typeof SCOPES)[number]
 
 export const KEY_PREFIX = 'pcl_'

@@ -25,6 +25,8 @@ export const AdminUser = Type.Object({
   mfa: Type.Optional(Type.Object({ enabled: Type.Boolean(), factors: Type.Array(Factor) }, { description: 'GET /admin/users/{id} and the actions on one user; not in listings' })),
   identities: Type.Optional(Type.Array(Identity, { description: 'Linked identity-provider accounts; GET /admin/users/{id} and the actions on one user' })),
   apps: Type.Optional(Type.Array(App, { description: 'The apps the user approved through the OpenID provider (their grants); GET /admin/users/{id} and the actions on one user' })),
+  roles: Type.Optional(Type.Array(Type.String(), { description: 'The user\'s global roles (PUT /admin/users/{id}/roles); GET /admin/users/{id} and the actions on one user' })),
+  app_metadata: Type.Optional(Type.Union([Type.Object({}, { additionalProperties: true }), Type.Null()], { description: 'Set by operators (PATCH /admin/users/{id}), carried in access tokens; GET /admin/users/{id} and the actions on one user' })),
 })
 
 export const UsersQuery = Type.Object(

@@ -3,6 +3,7 @@ import { accountStore, type UserFilter } from '../accounts/store.ts'
 import { normaliseEmail } from '../auth/input.ts'
 import type { RequestContext } from '../audit/events.ts'
 import { eventView, type AuditLog } from '../audit/service.ts'
+import { metadataView, type RolesService } from '../authz/roles.ts'
 import type { Clock } from '../clock.ts'
 import { keysetPage, type CursorCodec } from '../cursor.ts'
 import type { Db } from '../db/index.ts'
@@ -37,6 +38,8 @@ export class AdminService {
     private readonly identities: Pick<OidcService, 'list'>,
     /** The OpenID provider module: the apps the user approved, for the single-user view. */
     private readonly apps: Pick<ProviderService, 'appsOf'>,
+    /** The authorisation module: the user's global roles, for the single-user view. */
+    private readonly roles: Pick<RolesService, 'rolesOf'>,
   ) {}
 
   private async views(rows: UserRow[]) {
@@ -85,7 +88,14 @@ export class AdminService {
 
   private async view(id: string) {
     const row = await this.accounts.find({ id })
-    return { ...(await this.views([row]))[0]!, mfa: await this.mfa.summaryOf(id), identities: (await this.identities.list(id)).identities, apps: await this.apps.appsOf(id) }
+    return {
+      ...(await this.views([row]))[0]!,
+      mfa: await this.mfa.summaryOf(id),
+      identities: (await this.identities.list(id)).identities,
+      apps: await this.apps.appsOf(id),
+      roles: await this.roles.rolesOf(id),
+      app_metadata: metadataView(row.app_metadata),
+    }
   }
 
   /** Removes every second factor and recovery code and revokes every session (docs/admin.md). */

@@ -62,6 +62,21 @@ export const AUDIT_TYPES = [
   'webhook.removed',
   'webhook.secret_rotated',
   'webhook.disabled',
+  'role.created',
+  'role.updated',
+  'role.removed',
+  'user.roles_changed',
+  'user.app_metadata_changed',
+  'user.user_metadata_changed',
+  'organization.created',
+  'organization.updated',
+  'organization.deleted',
+  'organization.member_added',
+  'organization.member_updated',
+  'organization.member_removed',
+  'organization.invitation_created',
+  'organization.invitation_revoked',
+  'organization.invitation_accepted',
 ] as const
 
 export type AuditType = (typeof AUDIT_TYPES)[number]

@@ -29,6 +29,8 @@ export const PENDING_PROOFS = {
   email_sign_ins: { session: false },
   /** Changes of address waiting for their link (src/profile/). */
   email_changes: { session: true },
+  /** Invitations to an organisation, mailed to an address (src/authz/): judged against the account that had it when invited. */
+  invitations: { session: false },
 } as const satisfies Record<string, { session: boolean }>
 
 export type ProofTable = keyof typeof PENDING_PROOFS

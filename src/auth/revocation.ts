@@ -3,7 +3,8 @@ import type { Change, ChangeFeed } from '../changes/feed.ts'
 import type { Db } from '../db/index.ts'
 import { sessions, users, type UserRow } from '../db/repositories.ts'
 
-export type AccountState = Pick<UserRow, 'status' | 'email_verified_at'>
+/** What every bearer request checks of the account: its state, and the claims version its tokens must carry at least. */
+export type AccountState = Pick<UserRow, 'status' | 'email_verified_at' | 'claims_version'>
 
 interface SessionEntry {
   userId: string
@@ -82,6 +83,9 @@ export class SessionGate {
       } else if (change.kind === 'grant_revoked') {
         const entry = this.grants.get(change.target_id)
         if (entry) entry.revoked = true
+      } else if (change.kind === 'roles_changed') {
+        // A role's permissions moved the claims version of everyone holding it: read them again.
+        this.accounts.clear()
       }
     }
     const now = this.clock.now()
@@ -128,7 +132,7 @@ export class SessionGate {
       session = { userId: row.user_id, revoked: row.revoked_at !== null, seenAt: now }
       this.remember(this.sessions, sessionId, session, generation)
       if (!this.accounts.has(row.user_id)) {
-        this.remember(this.accounts, row.user_id, { state: { status: row.status, email_verified_at: row.email_verified_at }, seenAt: now }, generation)
+        this.remember(this.accounts, row.user_id, { state: { status: row.status, email_verified_at: row.email_verified_at, claims_version: row.claims_version }, seenAt: now }, generation)
       }
     }
     session.seenAt = now
@@ -176,6 +180,6 @@ export class SessionGate {
   private async readAfresh(sessionId: string, userId: string): Promise<AccountState | null> {
     const row = await sessions.findAuthState(this.db.kysely, sessionId)
     if (!row || row.revoked_at !== null || row.user_id !== userId) return null
-    return { status: row.status, email_verified_at: row.email_verified_at }
+    return { status: row.status, email_verified_at: row.email_verified_at, claims_version: row.claims_version }
   }
 }

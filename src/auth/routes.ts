@@ -89,7 +89,7 @@ export async function publicAuthRoutes(fastify: FastifyInstance, auth: AuthServi
     const token = refreshTokenOf(request, request.body, cookies)
     try {
       if (token === null) throw new AppError('INVALID_REFRESH_TOKEN')
-      return ok(await auth.refresh(token, requestContext(request)))
+      return ok(await auth.refresh(token, requestContext(request), request.body.organization_id))
     } catch (error) {
       // A dead session's cookie is worthless: drop it, so the browser stops sending it.
       if (cookies.requested(request) && error instanceof AppError && error.code === 'INVALID_REFRESH_TOKEN') cookies.clear(reply)

@@ -27,7 +27,10 @@ export const EmailBody = Body({ email: Email, captcha_token: CaptchaToken })
 /** The 202 of resend-verification and forgot-password: the same whatever the address. */
 export const Accepted = Envelope(Type.Object({}))
 
-export const LoginBody = Body({ email: Email, password: Password })
+/** The active organisation to ask for (docs/authorization.md): an organisation's id, or null for none. */
+export const OrganizationChoice = Type.Optional(Type.Union([Type.String({ format: 'uuid' }), Type.Null()], { description: 'The organisation the access token is for (null: none); the session remembers it' }))
+
+export const LoginBody = Body({ email: Email, password: Password, organization_id: OrganizationChoice })
 
 export const TokenPair = Type.Object({
   access_token: Type.String(),
@@ -46,7 +49,7 @@ export const CookieTokenPair = Type.Object({
 export const LoggedIn = Envelope(Type.Union([TokenPair, CookieTokenPair]))
 
 /** The refresh token in the body, required unless the request opted into the cookie. */
-export const RefreshTokenBody = Body({ refresh_token: Type.Optional({ ...Jwt, description: 'Required, except with X-Token-Transport: cookie, which forbids it' }) })
+export const RefreshTokenBody = Body({ refresh_token: Type.Optional({ ...Jwt, description: 'Required, except with X-Token-Transport: cookie, which forbids it' }), organization_id: OrganizationChoice })
 export const Refreshed = Envelope(Type.Object({ access_token: Type.String(), expires_in: Type.Integer() }))
 
 export const Me = Envelope(
@@ -56,5 +59,7 @@ export const Me = Envelope(
     full_name: Type.String(),
     email_verified: Type.Boolean(),
     created_at: Type.String({ format: 'date-time' }),
+    app_metadata: Type.Union([Type.Object({}, { additionalProperties: true }), Type.Null()], { description: 'Set by operators, carried in access tokens; read-only here' }),
+    user_metadata: Type.Union([Type.Object({}, { additionalProperties: true }), Type.Null()], { description: 'Set by the user (PATCH /auth/me); never in a token' }),
   }),
 )

@@ -3,6 +3,7 @@ import type { Clock } from '../clock.ts'
 import type { GroupCommit } from '../db/group-commit.ts'
 import { isUniqueViolation, type Db } from '../db/index.ts'
 import { oneTimeTokens, sessions, users, type UserRow } from '../db/repositories.ts'
+import { metadataView } from '../authz/roles.ts'
 import { AppError, type ErrorDetail } from '../errors.ts'
 import type { Logger } from '../logger.ts'
 import type { AccountEvents } from '../webhooks/events.ts'
@@ -27,6 +28,10 @@ export interface Principal {
    * only; absent for Portcullis's own tokens, which allow everything their user may do.
    */
   scopes?: ReadonlySet<string>
+  /** The token's active organisation and the caller's permissions in it (src/authz/), when it has one. */
+  organization?: { id: string; permissions: readonly string[] }
+  /** The caller's global permissions, as the token claims them. */
+  permissions?: readonly string[]
 }
 
 export interface AuthServiceDeps {
@@ -74,6 +79,9 @@ function newUser(input: { email: string; fullName: string; passwordHash: string;
     updated_at: now,
     last_login_at: null,
     credential_epoch: 0,
+    app_metadata: null,
+    user_metadata: null,
+    claims_version: 0,
   }
 }
 
@@ -206,7 +214,7 @@ export class AuthService {
     return row
   }
 
-  async login(input: { email: string; password: string }, context: RequestContext, transport: 'body' | 'cookie' = 'body') {
+  async login(input: { email: string; password: string; organization_id?: string | null | undefined }, context: RequestContext, transport: 'body' | 'cookie' = 'body') {
     const email = normaliseEmail(input.email)
     // Counted as a failure before the password is judged (a burst counts one by one); it stays
     // counted only if the password is judged wrong. Leaving here any other way takes it back: the
@@ -247,8 +255,9 @@ export class AuthService {
 
     // Last, after the account's state (docs/mfa.md): never a token without the second factor.
     // The session opens only if no reset or password change committed since the hash was read.
+    // With a second factor the organisation is chosen at a refresh after the second step (docs/authorization.md).
     if (secondFactor) throw await this.deps.secondFactor.challenge(user, secondFactor, PASSWORD_ONLY, transport, context)
-    return this.deps.sessions.open(user, PASSWORD_ONLY, context)
+    return this.deps.sessions.open(user, PASSWORD_ONLY, context, { organizationId: input.organization_id ?? null })
   }
 
   /**
@@ -288,7 +297,11 @@ export class AuthService {
     return state !== null && state.user_id === result.claims.sub && state.revoked_at === null && state.expires_at > this.deps.clock.now()
   }
 
-  async refresh(refreshToken: string, context: RequestContext) {
+  /**
+   * `organizationId`: the organisation to switch the session to (null: none), remembered for its
+   * later refreshes; absent, the session's own (docs/authorization.md, "The active organisation").
+   */
+  async refresh(refreshToken: string, context: RequestContext, organizationId?: string | null) {
     const result = await this.deps.tokens.verify(refreshToken, 'refresh')
     // Expired, forged, malformed or an access token: all the same to the client.
     if (result.status !== 'valid') throw new AppError('INVALID_REFRESH_TOKEN')
@@ -299,12 +312,14 @@ export class AuthService {
       throw new AppError('INVALID_REFRESH_TOKEN')
     }
     this.deps.sessions.assertMayOpen(state)
+    // The new access token asserts what the session holds now (a step-up since is carried), and
+    // the user's claims as they are now, in the session's organisation.
+    const { access, organizationId: active } = await this.deps.sessions.reissue(sub, sid, state, organizationId)
     await this.deps.commits.run(async (trx) => {
       await sessions.touch(trx, sid, now)
+      if (active !== state.organization_id) await sessions.setOrganization(trx, sid, active)
       await recordEvent(trx, this.deps.clock, { type: 'token.refreshed', userId: sub, context })
     })
-    // The new access token asserts what the session holds now (a step-up since is carried).
-    const access = await this.deps.tokens.signAccess(sub, sid, assuranceOf(state))
     return { access_token: access.token, expires_in: ACCESS_TTL_SECONDS }
   }
 
@@ -328,7 +343,13 @@ export class AuthService {
     const state = await this.deps.gate.check(sid, sub)
     if (!state) throw new AppError('INVALID_TOKEN')
     this.deps.sessions.assertMayOpen(state)
-    return { userId: sub, sessionId: sid }
+    // Claims made before the user's roles, memberships or app_metadata last changed are out of date:
+    // refreshing brings the new ones (docs/authorization.md). Known from memory, like the state.
+    if (result.claims.cv < state.claims_version) throw new AppError('TOKEN_EXPIRED')
+    const principal: Principal = { userId: sub, sessionId: sid }
+    if (result.claims.org) principal.organization = result.claims.org
+    if (result.claims.permissions) principal.permissions = result.claims.permissions
+    return principal
   }
 
   async me(principal: Principal) {
@@ -340,6 +361,8 @@ export class AuthService {
       full_name: user.full_name,
       email_verified: user.email_verified_at !== null,
       created_at: new Date(user.created_at).toISOString(),
+      app_metadata: metadataView(user.app_metadata),
+      user_metadata: metadataView(user.user_metadata),
     }
   }
 }

@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto'
 import { recordEvent, type AuditType, type RequestContext } from '../audit/events.ts'
+import type { ClaimsSource } from '../authz/claims.ts'
 import type { Clock } from '../clock.ts'
 import type { GroupCommit } from '../db/group-commit.ts'
-import { sessions, users, type SessionRow, type UserRow } from '../db/repositories.ts'
+import { sessions, users, type SessionAuthState, type SessionRow, type UserRow } from '../db/repositories.ts'
 import { AppError } from '../errors.ts'
 import { ACCESS_TTL_SECONDS, type Assurance, type TokenService } from './tokens.ts'
 
@@ -51,6 +52,8 @@ export interface OpenOptions {
   alsoInTransaction?: (trx: Executor) => Promise<void>
   /** What a sign-in whose epoch has moved answers (INVALID_CREDENTIALS unless the caller says). */
   superseded?: () => AppError
+  /** The organisation the session starts in (the login's `organization_id`): 403 FORBIDDEN for a non-member. */
+  organizationId?: string | null
 }
 
 type Executor = Parameters<Parameters<GroupCommit['run']>[0]>[0]
@@ -62,6 +65,8 @@ export interface SessionOpenerDeps {
   commits: GroupCommit
   /** REQUIRE_EMAIL_VERIFICATION: an unverified address gets no session. */
   requireEmailVerification: boolean
+  /** What the access tokens claim the user may do (src/authz/claims.ts). */
+  claims: ClaimsSource
 }
 
 /**
@@ -81,6 +86,20 @@ export class SessionOpener {
     if (this.deps.requireEmailVerification && user.email_verified_at === null) throw new AppError('EMAIL_NOT_VERIFIED')
   }
 
+  /**
+   * A new access token for a live session, as read just now (`state`): what the session asserts,
+   * and the user's claims in its active organisation, or in `switchTo` when given (null: none).
+   * Answers the organisation the token is for; the caller keeps it in the session when it changed.
+   * A session whose remembered organisation the user has left gets a token without one.
+   */
+  async reissue(userId: string, sessionId: string, state: SessionAuthState, switchTo?: string | null) {
+    const asked = switchTo === undefined ? state.organization_id : switchTo
+    const { authz, organizationId } = await this.deps.claims.forToken(userId, asked, state.claims_version)
+    if (switchTo != null && organizationId === null) throw new AppError('FORBIDDEN', { message: 'You are not a member of this organisation.' })
+    const access = await this.deps.tokens.signAccess(userId, sessionId, assuranceOf(state), authz)
+    return { access, organizationId }
+  }
+
   /** Opens a session for `user` if its credential epoch has not moved since the caller's check. */
   async open(user: SignInSubject, signIn: SignIn, context: RequestContext, options: OpenOptions = {}): Promise<LoginBody> {
     const { audit = { type: 'login.succeeded' }, alsoInTransaction, superseded = () => new AppError('INVALID_CREDENTIALS') } = options
@@ -88,8 +107,11 @@ export class SessionOpener {
     const now = this.deps.clock.now()
     const sessionId = randomUUID()
     const assurance: Assurance = { amr: signIn.amr, acr: signIn.acr, authTime: now }
+    const asked = options.organizationId ?? null
+    const { authz, organizationId } = await this.deps.claims.forToken(userId, asked)
+    if (asked !== null && organizationId === null) throw new AppError('FORBIDDEN', { message: 'You are not a member of this organisation.' })
     const [access, refresh] = await Promise.all([
-      this.deps.tokens.signAccess(userId, sessionId, assurance),
+      this.deps.tokens.signAccess(userId, sessionId, assurance, authz),
       this.deps.tokens.signRefresh(userId, sessionId),
     ])
     // Committed (with others under load) before the tokens are handed out.
@@ -112,6 +134,7 @@ export class SessionOpener {
         acr: signIn.acr,
         auth_time: now,
         client_name: null,
+        organization_id: organizationId,
       })
       await recordEvent(trx, this.deps.clock, { type: audit.type, userId, reason: audit.reason ?? null, context })
     })

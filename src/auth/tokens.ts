@@ -1,6 +1,8 @@
 import { randomUUID, sign as cryptoSign, type KeyObject } from 'node:crypto'
 import { compactVerify, type JWSHeaderParameters } from 'jose'
 import type { Clock } from '../clock.ts'
+import type { TokenAuthz } from '../authz/claims.ts'
+import { AppError } from '../errors.ts'
 import { isUuid } from '../text.ts'
 import { SIGNING_ALG, type KeyStore } from './keys.ts'
 
@@ -36,6 +38,12 @@ export interface TokenClaims {
   jti: string
   iat: number
   exp: number
+  /** The user's claims version the token's authorisation claims were current for (0 before there were any). */
+  cv: number
+  /** The active organisation and the user's permissions in it, when the token has one. */
+  org?: { id: string; permissions: readonly string[] }
+  /** The user's global permissions (the union of their roles'). */
+  permissions?: readonly string[]
 }
 
 export type VerifyResult =
@@ -127,16 +135,23 @@ export class TokenService {
     const { kid, signer } = this.keys.signingKey()
     const header = { alg: SIGNING_ALG, kid, typ: TYP[kind] }
     const claims = { sid: sessionId, ...extra, iss: this.options.issuer, sub: subject, jti: randomUUID(), iat, exp: iat + ttl }
-    return { token: await signCompact(header, claims, signer), expiresAt: (iat + ttl) * 1000 }
+    const token = await signCompact(header, claims, signer)
+    // The writes that grow the claims keep them within MAX_CLAIMS_BYTES; this is the last guard,
+    // so that no token is ever handed out that its own verifier would refuse.
+    if (token.length > MAX_TOKEN_LENGTH) throw new AppError('LIMIT_EXCEEDED', { message: 'The roles and app_metadata of this user are too large to fit in a token.' })
+    return { token, expiresAt: (iat + ttl) * 1000 }
   }
 
-  signAccess(userId: string, sessionId: string, assurance: Assurance) {
+  /** `authz`: what the user may do (src/authz/claims.ts), and the claims version it is current for (`cv`). */
+  signAccess(userId: string, sessionId: string, assurance: Assurance, authz: TokenAuthz) {
     return this.sign('access', userId, sessionId, ACCESS_TTL_SECONDS, {
       aud: this.options.audience,
       client_id: CLIENT_ID,
       amr: assurance.amr,
       acr: assurance.acr,
       auth_time: Math.floor(assurance.authTime / 1000),
+      ...authz.claims,
+      cv: authz.version,
     })
   }
 
@@ -198,7 +213,8 @@ export class TokenService {
     }
 
     const expectedAudience = kind === 'access' ? this.options.audience : this.options.issuer
-    const { iss, aud, sub, sid, jti, iat, exp, nbf, client_id: clientId } = payload
+    const { iss, aud, sub, sid, jti, iat, exp, nbf, client_id: clientId, cv = 0, org_id: orgId, org_permissions: orgPermissions, permissions } = payload
+    const strings = (value: unknown) => value === undefined || (Array.isArray(value) && value.every((item) => typeof item === 'string'))
     const audienceOk = aud === expectedAudience || (Array.isArray(aud) && aud.includes(expectedAudience))
     const shapesOk =
       iss === this.options.issuer &&
@@ -211,7 +227,11 @@ export class TokenService {
       typeof jti === 'string' && jti.length > 0 &&
       Number.isSafeInteger(iat) &&
       Number.isSafeInteger(exp) &&
-      (nbf === undefined || Number.isSafeInteger(nbf))
+      (nbf === undefined || Number.isSafeInteger(nbf)) &&
+      Number.isSafeInteger(cv) &&
+      (orgId === undefined || (typeof orgId === 'string' && isUuid(orgId))) &&
+      strings(orgPermissions) &&
+      strings(permissions)
     if (!shapesOk) return { status: 'invalid' }
 
     const now = this.options.clock.now() / 1000
@@ -220,7 +240,9 @@ export class TokenService {
     if (nbf !== undefined && (nbf as number) > now + CLOCK_SKEW_SECONDS) return { status: 'invalid' }
     if ((exp as number) <= (iat as number)) return { status: 'invalid' }
 
-    const claims: TokenClaims = { sub: sub as string, sid: sid as string, jti: jti as string, iat: iat as number, exp: exp as number }
+    const claims: TokenClaims = { sub: sub as string, sid: sid as string, jti: jti as string, iat: iat as number, exp: exp as number, cv: cv as number }
+    if (typeof orgId === 'string') claims.org = { id: orgId, permissions: (orgPermissions as string[] | undefined) ?? [] }
+    if (permissions !== undefined) claims.permissions = permissions as string[]
     if (now >= (exp as number) + CLOCK_SKEW_SECONDS) return { status: 'expired', claims }
     const notBefore = Math.max(iat as number, (nbf as number | undefined) ?? (iat as number))
     return { status: 'valid', claims, cached: { kind, claims, kid: header.kid!, notBefore } }

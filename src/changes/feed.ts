@@ -15,6 +15,11 @@ export type Change =
   | { kind: 'api_key_revoked'; target_id: string }
   /** An OpenID provider grant ended (`target_id`: its keyed hash): its JWT access tokens stop working here. */
   | { kind: 'grant_revoked'; user_id: string; target_id: string }
+  /**
+   * The roles catalogue changed (`target_id`: the role): every instance reloads it, and forgets the
+   * accounts it knows, whose claims versions the change moved (docs/authorization.md).
+   */
+  | { kind: 'roles_changed'; target_id: string }
 
 /** One `session_revoked` change for each session id. */
 export function sessionRevocations(userId: string, sessionIds: string[]): Change[] {
@@ -45,6 +50,8 @@ function fromRow(row: ChangeRow): Change | null {
       return row.target_id ? { kind: row.kind, target_id: row.target_id } : null
     case 'grant_revoked':
       return row.user_id && row.target_id ? { kind: row.kind, user_id: row.user_id, target_id: row.target_id } : null
+    case 'roles_changed':
+      return row.target_id ? { kind: row.kind, target_id: row.target_id } : null
     default:
       return null
   }

@@ -25,6 +25,7 @@ import * as m0017 from './migrations/0017_email_changes.ts'
 import * as m0018 from './migrations/0018_webhooks.ts'
 import * as m0019 from './migrations/0019_pending_proofs.ts'
 import * as m0020 from './migrations/0020_mail_subjects.ts'
+import * as m0021 from './migrations/0021_authorization.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -221,6 +222,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0018_webhooks': m0018,
     '0019_pending_proofs': m0019,
     '0020_mail_subjects': m0020,
+    '0021_authorization': m0021,
   }
 }
 

@@ -1,4 +1,4 @@
-import { CompiledQuery, sql, type Kysely, type Selectable } from 'kysely'
+import { CompiledQuery, sql, type ExpressionBuilder, type Kysely, type Selectable } from 'kysely'
 import { randomUUID } from 'node:crypto'
 import { proofStands } from '../auth/pending-proofs.ts'
 import { ReadBatch } from './batch.ts'
@@ -26,11 +26,12 @@ const sessionAuthState = hotQuery<{ id: string }, SessionAuthState>((db, arg) =>
   db
     .selectFrom('sessions')
     .innerJoin('users', 'users.id', 'sessions.user_id')
-    .select(['sessions.user_id', 'sessions.expires_at', 'sessions.revoked_at', 'sessions.amr', 'sessions.acr', 'sessions.auth_time', 'sessions.created_at', 'users.status', 'users.email_verified_at'])
+    .select(['sessions.user_id', 'sessions.expires_at', 'sessions.revoked_at', 'sessions.amr', 'sessions.acr', 'sessions.auth_time', 'sessions.created_at', 'sessions.organization_id', 'users.status', 'users.email_verified_at', 'users.claims_version'])
     .where('sessions.id', '=', arg('id')),
 )
+// A user's own lists only: an organisation's list (organization_id set) keeps its maker's user_id.
 const watchlistPage = hotQuery<{ userId: string; after: number; limit: number }, WatchlistRow>((db, arg) =>
-  db.selectFrom('watchlists').selectAll().where('user_id', '=', arg('userId')).where('position', '>', arg('after')).orderBy('position').limit(arg('limit')),
+  db.selectFrom('watchlists').selectAll().where('user_id', '=', arg('userId')).where('organization_id', 'is', null).where('position', '>', arg('after')).orderBy('position').limit(arg('limit')),
   { literal: ['limit'] },
 )
 
@@ -43,7 +44,7 @@ const touchSession = hotQuery<{ id: string; at: number }, never>((db, arg) =>
 // cost. SQLite runs in-process, where a query costs microseconds and batching would only add a turn.
 const USERS_BY_IDS = 'select * from "users" where "id" = any($1::text[])'
 const WATCHLIST_PAGES = `select q.n as batch_slot, w.* from unnest($1::text[], $2::bigint[], $3::int[]) with ordinality as q(user_id, after_position, page_size, n)
-cross join lateral (select * from "watchlists" where "watchlists"."user_id" = q.user_id and "watchlists"."position" > q.after_position order by "watchlists"."position" limit q.page_size) as w
+cross join lateral (select * from "watchlists" where "watchlists"."user_id" = q.user_id and "watchlists"."organization_id" is null and "watchlists"."position" > q.after_position order by "watchlists"."position" limit q.page_size) as w
 order by q.n, w.position`
 
 interface PageKey {
@@ -161,8 +162,8 @@ export const users = {
   },
 
   /** The account state the bearer check needs, without the password hash. */
-  async findState(db: Executor, id: string): Promise<Pick<UserRow, 'status' | 'email_verified_at'> | null> {
-    return (await db.selectFrom('users').select(['status', 'email_verified_at']).where('id', '=', id).executeTakeFirst()) ?? null
+  async findState(db: Executor, id: string): Promise<Pick<UserRow, 'status' | 'email_verified_at' | 'claims_version'> | null> {
+    return (await db.selectFrom('users').select(['status', 'email_verified_at', 'claims_version']).where('id', '=', id).executeTakeFirst()) ?? null
   },
 
   /** Replaces the hash only if it is still the one the caller read, so a concurrent password change wins. */
@@ -184,8 +185,12 @@ export interface SessionAuthState {
   acr: SessionRow['acr']
   auth_time: number | null
   created_at: number
+  /** The session's active organisation (migration 0021). */
+  organization_id: string | null
   status: UserRow['status']
   email_verified_at: number | null
+  /** What the user's tokens must claim at least (docs/authorization.md). */
+  claims_version: number
 }
 
 export const sessions = {
@@ -200,6 +205,11 @@ export const sessions = {
 
   async touch(db: Executor, id: string, at: number): Promise<void> {
     await touchSession(db, { id, at })
+  },
+
+  /** The session's active organisation, carried by its next access tokens (null: none). */
+  async setOrganization(db: Executor, id: string, organizationId: string | null): Promise<void> {
+    await db.updateTable('sessions').set({ organization_id: organizationId }).where('id', '=', id).execute()
   },
 
   /** A second factor verified in the session: what its next tokens assert (docs/tokens.md). */
@@ -367,6 +377,18 @@ export const secrets = {
   },
 }
 
+/**
+ * Whose list: a user's own (`organization_id` null; `user_id` the owner) or an organisation's
+ * (`user_id` only says who made it). Every statement on one list names its owner, so a list is
+ * never reached through the other kind.
+ */
+export type WatchlistOwner = { user: string } | { organization: string }
+
+const ownedBy = (eb: ExpressionBuilder<Database, 'watchlists'>, owner: WatchlistOwner) =>
+  'organization' in owner
+    ? eb('organization_id', '=', owner.organization)
+    : eb.and([eb('user_id', '=', owner.user), eb('organization_id', 'is', null)])
+
 export const watchlists = {
   /**
    * Takes the owner's row lock for the rest of the transaction (a no-op write), so concurrent
@@ -376,24 +398,58 @@ export const watchlists = {
     return users.lockRow(db, userId)
   },
 
+  /** The same for an organisation's creations (its limit, and its lists' order); false when it is gone. */
+  async lockOrganization(db: Executor, organizationId: string): Promise<boolean> {
+    const result = await db
+      .updateTable('organizations')
+      .set((eb) => ({ updated_at: eb.ref('updated_at') }))
+      .where('id', '=', organizationId)
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
+  },
+
+  /**
+   * The user's own lists (their limit) and the highest position of every list they made, their
+   * organisations' included: positions are unique per maker (watchlists_user_position_key).
+   */
   async countAndMaxPosition(db: Executor, userId: string): Promise<{ count: number; maxPosition: number }> {
     const row = await db
       .selectFrom('watchlists')
-      .select((eb) => [eb.fn.countAll<number | string>().as('count'), eb.fn.max<number | null>('position').as('max_position')])
+      .select((eb) => [
+        eb.fn.sum<number | string | null>(eb.case().when('organization_id', 'is', null).then(1).else(0).end()).as('count'),
+        eb.fn.max<number | null>('position').as('max_position'),
+      ])
       .where('user_id', '=', userId)
       .executeTakeFirstOrThrow()
-    return { count: Number(row.count), maxPosition: Number(row.max_position ?? 0) }
+    return { count: Number(row.count ?? 0), maxPosition: Number(row.max_position ?? 0) }
+  },
+
+  /**
+   * An organisation's lists (its limit), and the highest position of its lists and of every list
+   * the maker made: a new one sorts last in the organisation and stays unique for its maker.
+   */
+  async countAndMaxPositionIn(db: Executor, organizationId: string, makerId: string): Promise<{ count: number; maxPosition: number }> {
+    const row = await db
+      .selectFrom('watchlists')
+      .select((eb) => [
+        eb.fn.sum<number | string | null>(eb.case().when('organization_id', '=', organizationId).then(1).else(0).end()).as('count'),
+        eb.fn.max<number | null>('position').as('max_position'),
+      ])
+      .where((eb) => eb.or([eb('user_id', '=', makerId), eb('organization_id', '=', organizationId)]))
+      .executeTakeFirstOrThrow()
+    return { count: Number(row.count ?? 0), maxPosition: Number(row.max_position ?? 0) }
   },
 
   async insert(db: Executor, row: WatchlistRow): Promise<void> {
     await db.insertInto('watchlists').values(row).execute()
   },
 
-  async find(db: Executor, userId: string, id: string): Promise<WatchlistRow | null> {
-    return (await db.selectFrom('watchlists').selectAll().where('id', '=', id).where('user_id', '=', userId).executeTakeFirst()) ?? null
+  /** Any list by its id, whoever owns it: the service decides who may see it. */
+  async findById(db: Executor, id: string): Promise<WatchlistRow | null> {
+    return (await db.selectFrom('watchlists').selectAll().where('id', '=', id).executeTakeFirst()) ?? null
   },
 
-  /** One page in position order, starting after `afterPosition`. */
+  /** One page of the user's own lists in position order, starting after `afterPosition`. */
   async page(db: Executor, userId: string, afterPosition: number, limit: number): Promise<WatchlistRow[]> {
     return watchlistPage(db, { userId, after: afterPosition, limit })
   },
@@ -404,45 +460,59 @@ export const watchlists = {
     return watchlistPage(db.kysely, { userId, after: afterPosition, limit })
   },
 
+  /** One page of an organisation's lists in position order (at most a hundred of them: sorted after the index). */
+  async pageIn(db: Executor, organizationId: string, afterPosition: number, limit: number): Promise<WatchlistRow[]> {
+    return db
+      .selectFrom('watchlists')
+      .selectAll()
+      .where('organization_id', '=', organizationId)
+      .where('position', '>', afterPosition)
+      .orderBy('position')
+      .limit(limit)
+      .execute()
+  },
+
   /**
    * Touches the list and returns it, holding its row lock until the transaction ends. On
    * PostgreSQL a waiting writer re-reads the row after the lock is released, so what this returns
    * is the latest committed state; on SQLite transactions are serialised anyway.
    */
-  async lockForUpdate(db: Executor, userId: string, id: string, at: number): Promise<WatchlistRow | null> {
+  async lockForUpdate(db: Executor, owner: WatchlistOwner, id: string, at: number): Promise<WatchlistRow | null> {
     return (
       (await db
         .updateTable('watchlists')
         .set({ updated_at: at })
         .where('id', '=', id)
-        .where('user_id', '=', userId)
+        .where((eb) => ownedBy(eb, owner))
         .returningAll()
         .executeTakeFirst()) ?? null
     )
   },
 
-  async update(db: Executor, userId: string, id: string, changes: { name?: string; symbols?: string }, at: number): Promise<WatchlistRow | null> {
+  async update(db: Executor, owner: WatchlistOwner, id: string, changes: { name?: string; symbols?: string }, at: number): Promise<WatchlistRow | null> {
     return (
       (await db
         .updateTable('watchlists')
         .set({ ...changes, updated_at: at })
         .where('id', '=', id)
-        .where('user_id', '=', userId)
+        .where((eb) => ownedBy(eb, owner))
         .returningAll()
         .executeTakeFirst()) ?? null
     )
   },
 
+  /** The user's own lists, in order (the data export; an organisation's lists are the organisation's). */
   async allOf(db: Executor, userId: string): Promise<WatchlistRow[]> {
-    return db.selectFrom('watchlists').selectAll().where('user_id', '=', userId).orderBy('position').execute()
+    return db.selectFrom('watchlists').selectAll().where('user_id', '=', userId).where('organization_id', 'is', null).orderBy('position').execute()
   },
 
+  /** Every list the user made, their organisations' included (the user row's foreign key would take them all the same). */
   async deleteAllOf(db: Executor, userId: string): Promise<void> {
     await db.deleteFrom('watchlists').where('user_id', '=', userId).execute()
   },
 
-  async delete(db: Executor, userId: string, id: string): Promise<boolean> {
-    const result = await db.deleteFrom('watchlists').where('id', '=', id).where('user_id', '=', userId).executeTakeFirst()
+  async delete(db: Executor, owner: WatchlistOwner, id: string): Promise<boolean> {
+    const result = await db.deleteFrom('watchlists').where('id', '=', id).where((eb) => ownedBy(eb, owner)).executeTakeFirst()
     return result.numDeletedRows > 0n
   },
 }

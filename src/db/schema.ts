@@ -16,6 +16,12 @@ export interface UsersTable {
   last_login_at: number | null
   /** Bumped by every event that ends all the account's sessions; a sign-in opens a session only under the epoch it checked (migration 0013). */
   credential_epoch: number
+  /** JSON object set by operators, carried in access tokens; null when unset (migration 0021). */
+  app_metadata: string | null
+  /** JSON object set by the user; never in a token (migration 0021). */
+  user_metadata: string | null
+  /** Moves with every change to what the user's tokens claim: an older access token is TOKEN_EXPIRED (docs/authorization.md). */
+  claims_version: Generated<number>
 }
 
 export interface SessionsTable {
@@ -34,6 +40,8 @@ export interface SessionsTable {
   auth_time: number | null
   /** The app it signed in to through Portcullis as an OpenID provider, by its name then (migration 0014). */
   client_name: string | null
+  /** The active organisation: its claims go into the session's access tokens (migration 0021). */
+  organization_id: string | null
 }
 
 export type OneTimeTokenPurpose = 'verify_email' | 'reset_password'
@@ -59,7 +67,10 @@ export interface SigningKeysTable {
 
 export interface WatchlistsTable {
   id: string
+  /** The user who made it; for an organisation's list, its maker (the organisation owns it). */
   user_id: string
+  /** Null for a user's own list; else the organisation that owns it (migration 0021). */
+  organization_id: string | null
   position: number
   name: string
   symbols: string
@@ -83,7 +94,7 @@ export interface AuthChangesTable {
   created_at: number
 }
 
-export type ChangeKind = 'session_revoked' | 'user_changed' | 'api_key_revoked' | 'grant_revoked'
+export type ChangeKind = 'session_revoked' | 'user_changed' | 'api_key_revoked' | 'grant_revoked' | 'roles_changed'
 
 /** Numbered and stamped by the database (column defaults), never by an instance's clock. */
 export interface ChangeFeedTable {
@@ -120,7 +131,7 @@ export interface ApiKeysTable {
   last_used_at: number | null
 }
 
-export type MailKind = 'verification' | 'password_reset' | 'security_notice' | 'sign_in_code' | 'email_change'
+export type MailKind = 'verification' | 'password_reset' | 'security_notice' | 'sign_in_code' | 'email_change' | 'invitation'
 
 /**
  * The columns every durable queue's table has (src/queue/table.ts): the lease, the attempts and the
@@ -395,6 +406,53 @@ export interface WebhookSequencesTable {
   last: number
 }
 
+/** The roles catalogue (migration 0021); `permissions` space-separated. */
+export interface RolesTable {
+  name: string
+  description: string | null
+  permissions: string
+  builtin: number
+  created_at: number
+  updated_at: number
+}
+
+export interface UserRolesTable {
+  user_id: string
+  role: string
+  created_at: number
+}
+
+export interface OrganizationsTable {
+  id: string
+  name: string
+  created_at: number
+  updated_at: number
+}
+
+/** A member's roles in one organisation, space-separated. */
+export interface MembershipsTable {
+  organization_id: string
+  user_id: string
+  roles: string
+  joined_at: number
+}
+
+/** A mailed single-use invitation: a pending proof (src/auth/pending-proofs.ts). */
+export interface InvitationsTable {
+  id: string
+  organization_id: string
+  email: string
+  roles: string
+  token_hash: string
+  invited_by: string | null
+  /** The account that had the address when it was invited, if any; its epoch is judged at acceptance. */
+  user_id: string | null
+  credential_epoch: number
+  created_at: number
+  expires_at: number
+  used_at: number | null
+}
+
 export interface Database {
   users: UsersTable
   sessions: SessionsTable
@@ -422,4 +480,9 @@ export interface Database {
   webhook_endpoints: WebhookEndpointsTable
   webhook_deliveries: WebhookDeliveriesTable
   webhook_sequences: WebhookSequencesTable
+  roles: RolesTable
+  user_roles: UserRolesTable
+  organizations: OrganizationsTable
+  memberships: MembershipsTable
+  invitations: InvitationsTable
 }

@@ -69,7 +69,7 @@ export function installTransportSecurity(app: FastifyInstance, options: Transpor
     app.options('*', async (request, reply) => {
       const origin = request.headers.origin
       if (typeof origin === 'string' && origins.has(origin)) {
-        reply.header('access-control-allow-methods', 'GET, POST, PATCH, DELETE')
+        reply.header('access-control-allow-methods', 'GET, POST, PUT, PATCH, DELETE')
         reply.header('access-control-allow-headers', 'authorization, content-type, x-request-id, x-token-transport')
         reply.header('access-control-max-age', '600')
       }

@@ -168,3 +168,22 @@ export function emailChangeNoticeMail(brand: MailBrand, to: string, newEmail: st
     outro: 'If it was not you, also reset your password and sign out of every device.',
   })
 }
+
+/**
+ * An invitation to an organisation (docs/authorization.md): it names the organisation and the
+ * member who invited, in the body only; the subject stays fixed, so neither the link nor a name a
+ * member typed reaches lock-screen previews and relay logs.
+ */
+export function invitationMail(brand: MailBrand, to: string, link: string, token: string, invitation: { organization: string; inviter: string }): MailMessage {
+  return actionMail(brand, {
+    to,
+    subject: `An invitation to an organisation on ${brand.appName}`,
+    intro: `${invitation.inviter} invited this address to join the organisation "${invitation.organization}" on ${brand.appName}.`,
+    action: 'See the invitation',
+    lead: 'Open this link to accept it (it works once, for 7 days, for the account with this address; create or confirm that account first if you have not)',
+    link,
+    codeLabel: 'The invitation code in the link',
+    token,
+    outro: 'If you do not know them, ignore this message: nothing happens without the link.',
+  })
+}

@@ -253,9 +253,11 @@ export class MfaService {
     if (!used) throw await this.wrongCode(user, context, 'step_up', attempt)
     await this.deps.limits.loginSucceeded(user.email)
     if (match.kind === 'recovery_code') this.deps.mailQueue.kick()
-    const state = await this.raiseSession(principal, methodOf(match))
+    await this.raiseSession(principal, methodOf(match))
     await recordEvent(this.db, this.deps.clock, { type: 'mfa.step_up', userId: user.id, reason: input.method, context })
-    const access = await this.deps.tokens.signAccess(principal.userId, principal.sessionId, state)
+    const raised = await sessions.findAuthState(this.db, principal.sessionId)
+    if (!raised) throw new AppError('INVALID_TOKEN')
+    const { access } = await this.deps.sessions.reissue(principal.userId, principal.sessionId, raised)
     return { access_token: access.token, expires_in: ACCESS_TTL_SECONDS }
   }
 

@@ -68,6 +68,7 @@ const SCOPE_WORDS: Record<string, string> = {
   offline_access: 'Stay signed in when you are not using it',
   'watchlists:read': 'Read your watchlists',
   'watchlists:write': 'Create, change and delete your watchlists',
+  organizations: 'See the organisations you belong to and your roles in them',
 }
 
 /**

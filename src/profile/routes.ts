@@ -27,10 +27,14 @@ export async function protectedProfileRoutes(
 
   app.patch('/auth/me', {
     bodyLimit: AUTH_BODY_LIMIT,
-    schema: { tags, security, operationId: 'updateMe', body: UpdateMeBody, response: { 200: Me } },
+    schema: {
+      tags, security, operationId: 'updateMe',
+      description: 'Changes the name, the user\'s own user_metadata (a JSON object of at most 2 KB serialised, never put into a token; null clears it), or both.',
+      body: UpdateMeBody, response: { 200: Me },
+    },
   }, async (request) => {
     const principal = principalOf(request)
-    await profile.rename(principal, request.body.full_name, requestContext(request))
+    await profile.update(principal, request.body, requestContext(request))
     return ok(await auth.me(principal))
   })
 

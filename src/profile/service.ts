@@ -6,6 +6,7 @@ import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from
 import { hashOneTimeToken, VERIFICATION_TTL_MS } from '../auth/one-time-tokens.ts'
 import { NO_PASSWORD, type PasswordHasher } from '../auth/passwords.ts'
 import type { Principal } from '../auth/service.ts'
+import { storedMetadata } from '../authz/roles.ts'
 import { assuranceOf } from '../auth/sessions.ts'
 import type { Clock } from '../clock.ts'
 import { isUniqueViolation, type Db } from '../db/index.ts'
@@ -58,15 +59,25 @@ export class ProfileService {
     return this.deps.db.kysely
   }
 
-  async rename(principal: Principal, rawName: string, context: RequestContext): Promise<void> {
-    const name = normaliseFullName(rawName)
-    throwIfProblems(name.problem ? [{ field: 'full_name', message: name.problem }] : [])
+  /**
+   * The name, the user's own user_metadata (an object of at most 2 KB serialised; null clears it),
+   * or both, in one transaction. user_metadata is never put into a token (the user controls it), so
+   * changing it leaves the claims version, and every access token, as they are.
+   */
+  async update(principal: Principal, input: { full_name?: string | undefined; user_metadata?: unknown }, context: RequestContext): Promise<void> {
+    const name = input.full_name === undefined ? null : normaliseFullName(input.full_name)
+    throwIfProblems(name?.problem ? [{ field: 'full_name', message: name.problem }] : [])
+    const metadata = input.user_metadata === undefined ? undefined : storedMetadata(input.user_metadata, 'user_metadata')
     const now = this.deps.clock.now()
     await this.db.transaction().execute(async (trx) => {
-      const updated = await trx.updateTable('users').set({ full_name: name.value, updated_at: now }).where('id', '=', principal.userId).returning(['id', 'email']).executeTakeFirst()
+      const changes = { ...(name ? { full_name: name.value } : {}), ...(metadata === undefined ? {} : { user_metadata: metadata }) }
+      const updated = await trx.updateTable('users').set({ ...changes, updated_at: now }).where('id', '=', principal.userId).returning(['id', 'email']).executeTakeFirst()
       if (!updated) throw new AppError('INVALID_TOKEN')
-      await this.deps.events.emit(trx, 'user.updated', updated, { full_name: name.value })
-      await recordEvent(trx, this.deps.clock, { type: 'profile.updated', userId: principal.userId, context })
+      if (name) {
+        await this.deps.events.emit(trx, 'user.updated', updated, { full_name: name.value })
+        await recordEvent(trx, this.deps.clock, { type: 'profile.updated', userId: principal.userId, context })
+      }
+      if (metadata !== undefined) await recordEvent(trx, this.deps.clock, { type: 'user.user_metadata_changed', userId: principal.userId, context })
     })
   }
 

@@ -8,7 +8,7 @@ import { AppError, type ErrorDetail } from '../errors.ts'
 import { cleanLabel } from '../text.ts'
 import { clientStore, type ClientRow } from './client-store.ts'
 import {
-  AUTH_METHODS, CLIENT_SCOPES, CLIENT_TYPES, GRANT_TYPES, ID_TOKEN_ALGS, LIST_MAX, URI_MAX,
+  AUTH_METHODS, CLIENT_SCOPES, CLIENT_TYPES, DEFAULT_CLIENT_SCOPES, GRANT_TYPES, ID_TOKEN_ALGS, LIST_MAX, URI_MAX,
   type ClientCreate, type ClientPatch, type RegisteredClient,
 } from './schemas.ts'
 
@@ -113,7 +113,7 @@ function withDefaults(input: ClientCreate): Registration {
     redirect_uris: input.redirect_uris ?? [],
     post_logout_redirect_uris: input.post_logout_redirect_uris ?? [],
     first_party: input.first_party ?? false,
-    scopes: input.scopes ?? [...CLIENT_SCOPES],
+    scopes: input.scopes ?? [...DEFAULT_CLIENT_SCOPES],
     grant_types: input.grant_types ?? DEFAULT_GRANTS,
     backchannel_logout_uri: input.backchannel_logout_uri ?? null,
     pkce_required: input.pkce_required ?? true,

@@ -2,8 +2,11 @@ import type { Configuration, KoaContextWithOIDC } from 'oidc-provider'
 import type { JWK } from 'jose'
 import type { Html } from '../html.ts'
 
-/** The scopes a client may ask for (docs/provider.md): OpenID Connect's, and the watchlists API's. */
-export const OIDC_SCOPES = ['openid', 'profile', 'email', 'offline_access'] as const
+/**
+ * The scopes a client may ask for (docs/provider.md): OpenID Connect's (with `organizations`, the
+ * person's organisations and roles in them), and the watchlists API's.
+ */
+export const OIDC_SCOPES = ['openid', 'profile', 'email', 'offline_access', 'organizations'] as const
 export const RESOURCE_SCOPES = ['watchlists:read', 'watchlists:write'] as const
 export const ALL_SCOPES = [...OIDC_SCOPES, ...RESOURCE_SCOPES]
 
@@ -26,10 +29,10 @@ export const ROUTES = {
   credential: '/oauth/credential',
 } as const
 
-/** An account as the library sees it: its id and the claims each scope releases. */
+/** An account as the library sees it: its id and the claims each scope releases (`scope`: the scopes granted, space-separated). */
 export interface ProviderAccount {
   accountId: string
-  claims(): Promise<{ sub: string; name?: string; email?: string; email_verified?: boolean }>
+  claims(use: string, scope: string): Promise<{ sub: string; name?: string; email?: string; email_verified?: boolean; organizations?: unknown[] }>
 }
 
 /** What the configuration needs from the rest of the module (src/provider/service.ts). */
@@ -44,6 +47,11 @@ export interface ConfigurationDeps {
   findAccount: (accountId: string) => Promise<ProviderAccount | undefined>
   /** The keyed hash of a grant id: the grant reference a JWT access token carries. */
   grantReference: (grantId: string) => string
+  /**
+   * What a JWT access token for the API says the user may do: their global `roles`,
+   * `permissions`, `app_metadata` and the claims version `cv` (src/authz/claims.ts, the one seam).
+   */
+  tokenClaims: (accountId: string) => Promise<Record<string, unknown>>
   /** The pages the library renders itself, in Portcullis's style. */
   pages: {
     error: (ctx: KoaContextWithOIDC, error: { error: string; error_description?: string }) => Html
@@ -86,9 +94,13 @@ export function providerConfiguration(deps: ConfigurationDeps): Configuration {
     },
     findAccount: async (_ctx: Ctx, sub: string) => deps.findAccount(sub),
     claims: {
-      openid: ['sub', 'acr', 'amr', 'auth_time'],
+      // `organizations` is listed under openid too: with an access token for userinfo, the library
+      // releases only openid's claims in the ID token (conformIdTokenClaims), and the scope's claim
+      // belongs in both. The account returns it only when `organizations` was granted.
+      openid: ['sub', 'acr', 'amr', 'auth_time', 'organizations'],
       profile: ['name'],
       email: ['email', 'email_verified'],
+      organizations: ['organizations'],
     },
     scopes: [...ALL_SCOPES],
     responseTypes: ['code'],
@@ -161,7 +173,9 @@ export function providerConfiguration(deps: ConfigurationDeps): Configuration {
       // Only the JWT access tokens for a resource carry these; opaque tokens keep them server-side.
       if (!t.resourceServer || !t.grantId) return undefined
       const from = source(ctx) as unknown as { acr?: string; authTime?: number } | undefined
-      return { ...(from?.acr ? { acr: from.acr } : {}), ...(from?.authTime ? { auth_time: from.authTime } : {}), gid: deps.grantReference(t.grantId) }
+      // A user's token says what they may do, like Portcullis's own (a client_credentials token has no user).
+      const authz = t.accountId ? await deps.tokenClaims(t.accountId) : {}
+      return { ...authz, ...(from?.acr ? { acr: from.acr } : {}), ...(from?.authTime ? { auth_time: from.authTime } : {}), gid: deps.grantReference(t.grantId) }
     },
     features: {
       devInteractions: { enabled: false },

@@ -26,6 +26,10 @@ interface AccessClaims {
   gid: string
   exp: number
   kid: string
+  /** The user's claims version its roles and permissions were current for (0 when it says none). */
+  cv: number
+  /** The user's global permissions, as the token claims them. */
+  permissions?: readonly string[]
 }
 
 export interface ResourceDeps {
@@ -75,7 +79,12 @@ export class ResourceTokens {
     const state = await this.deps.gate.checkGrant(claims.gid, claims.sub, () => records.grantOwner(this.deps.db.kysely, claims.gid, this.deps.clock.now()))
     if (!state) throw new AppError('INVALID_TOKEN')
     this.deps.sessions.assertMayOpen(state)
-    return { userId: claims.sub, sessionId: '', scopes: claims.scopes }
+    // The same rule as Portcullis's own tokens (src/auth/service.ts): claims made before the user's
+    // roles, memberships or app_metadata last changed are out of date; the client refreshes.
+    if (claims.cv < state.claims_version) throw new AppError('TOKEN_EXPIRED')
+    const principal: Principal = { userId: claims.sub, sessionId: '', scopes: claims.scopes }
+    if (claims.permissions) principal.permissions = claims.permissions
+    return principal
   }
 
   /**
@@ -138,7 +147,7 @@ export class ResourceTokens {
     } catch {
       return null
     }
-    const { iss, aud, sub, client_id: clientId, scope, gid, exp, iat } = payload
+    const { iss, aud, sub, client_id: clientId, scope, gid, exp, iat, cv = 0, permissions } = payload
     const ok =
       iss === this.deps.issuer &&
       (aud === this.deps.resource || (Array.isArray(aud) && aud.includes(this.deps.resource))) &&
@@ -146,9 +155,13 @@ export class ResourceTokens {
       typeof clientId === 'string' && clientId !== CLIENT_ID &&
       typeof gid === 'string' && gid.length > 0 &&
       typeof exp === 'number' && typeof iat === 'number' &&
-      iat <= now + CLOCK_SKEW_SECONDS && now < exp + CLOCK_SKEW_SECONDS
+      iat <= now + CLOCK_SKEW_SECONDS && now < exp + CLOCK_SKEW_SECONDS &&
+      Number.isSafeInteger(cv) &&
+      (permissions === undefined || (Array.isArray(permissions) && permissions.every((item) => typeof item === 'string')))
     if (!ok) return null
-    return { sub, clientId, gid, exp, kid: kid!, scopes: new Set(typeof scope === 'string' ? scope.split(' ') : []) }
+    const claims: AccessClaims = { sub, clientId, gid, exp, kid: kid!, cv: cv as number, scopes: new Set(typeof scope === 'string' ? scope.split(' ') : []) }
+    if (permissions !== undefined) claims.permissions = permissions as string[]
+    return claims
   }
 }
 

@@ -8,7 +8,12 @@ import { Envelope } from '../http/schemas.ts'
  * registry's, so the CLI gets the same answers as the API.
  */
 export const CLIENT_TYPES = ['public', 'confidential'] as const
-export const CLIENT_SCOPES = ['openid', 'profile', 'email', 'offline_access', 'watchlists:read', 'watchlists:write'] as const
+export const CLIENT_SCOPES = ['openid', 'profile', 'email', 'offline_access', 'watchlists:read', 'watchlists:write', 'organizations'] as const
+/**
+ * A client's scopes unless the operator names them: all but `organizations`, which releases the
+ * person's organisations and roles in them, and is given to a client only when an operator says so.
+ */
+export const DEFAULT_CLIENT_SCOPES = CLIENT_SCOPES.filter((scope) => scope !== 'organizations')
 export const DEVICE_CODE_GRANT = 'urn:ietf:params:oauth:grant-type:device_code'
 export const GRANT_TYPES = ['authorization_code', 'refresh_token', DEVICE_CODE_GRANT, 'client_credentials'] as const
 export const AUTH_METHODS = ['none', 'client_secret_basic', 'client_secret_post', 'private_key_jwt'] as const
@@ -22,7 +27,7 @@ const When = Type.String({ format: 'date-time' })
 const Uri = Type.String({ minLength: 1, maxLength: URI_MAX })
 const Uris = (description: string) => Type.Array(Uri, { maxItems: LIST_MAX, description })
 const ClientType = Type.Enum(CLIENT_TYPES, { description: '`public`: no secret, PKCE required; `confidential`: authenticates at the token endpoint' })
-const Scopes = Type.Array(Type.Enum(CLIENT_SCOPES), { minItems: 1, maxItems: LIST_MAX, description: 'The scopes the client may ask for; default all six' })
+const Scopes = Type.Array(Type.Enum(CLIENT_SCOPES), { minItems: 1, maxItems: LIST_MAX, description: 'The scopes the client may ask for; default all six but `organizations`' })
 const GrantTypes = Type.Array(Type.Enum(GRANT_TYPES), { minItems: 1, maxItems: LIST_MAX, description: 'Default authorization_code and refresh_token; client_credentials for confidential clients only' })
 const AuthMethod = Type.Enum(AUTH_METHODS, { description: '`none` for a public client (its default); client_secret_basic (the default), client_secret_post or private_key_jwt for a confidential one' })
 const IdTokenAlg = Type.Enum(ID_TOKEN_ALGS, { description: 'Default RS256' })

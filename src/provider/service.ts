@@ -18,6 +18,9 @@ import { BackchannelLogouts, queueLogoutNotices, type LogoutRow } from './logout
 import type { ClientRegistry } from './clients.ts'
 import { providerConfiguration, type ConfigurationDeps } from './configuration.ts'
 import { records } from './store.ts'
+import type { ClaimsSource } from '../authz/claims.ts'
+import { organizationsOf } from '../authz/provider-claims.ts'
+import { AppError } from '../errors.ts'
 
 type Library = typeof import('oidc-provider')
 
@@ -52,6 +55,8 @@ export interface ProviderServiceDeps {
   metrics: Metrics
   /** Judges the JWT access tokens the API accepts; introspection asks it too. */
   resourceTokens: ResourceTokens
+  /** What a user's access tokens claim they may do: the one seam every token issuer asks (src/authz/claims.ts). */
+  claims: Pick<ClaimsSource, 'forToken'>
   /**
    * Outbound requests to loopback addresses (a back-channel receiver or jwks_uri on this machine),
    * which the library refuses as a guard against request forgery: allowed outside production only.
@@ -132,6 +137,7 @@ export class ProviderService {
       findClient: (clientId) => this.deps.clients.findForLibrary(clientId),
       findAccount: (accountId) => this.findAccount(accountId),
       grantReference: (grantId) => this.grantReference(grantId),
+      tokenClaims: (accountId) => this.tokenClaims(accountId, library),
       pages: this.deps.pages,
       invalidTarget: () => new library.errors.InvalidTarget!('this resource is unknown here'),
       fetch: (url, options) => this.fetch(url, options),
@@ -279,9 +285,33 @@ export class ProviderService {
   private async findAccount(accountId: string) {
     const user = await users.findById(this.deps.db.kysely, accountId).catch(() => null)
     if (!user || user.status !== 'active') return undefined
+    const db = this.deps.db.kysely
     return {
       accountId: user.id,
-      claims: async () => ({ sub: user.id, name: user.full_name, email: user.email, email_verified: user.email_verified_at !== null }),
+      claims: async (_use: string, scope: string) => ({
+        sub: user.id,
+        name: user.full_name,
+        email: user.email,
+        email_verified: user.email_verified_at !== null,
+        // Read only when granted: the library masks claims by scope, but the read is not free.
+        ...(scope.split(' ').includes('organizations') ? { organizations: await organizationsOf(db, user.id) } : {}),
+      }),
+    }
+  }
+
+  /**
+   * A JWT access token's claims of what its user may do: global roles and permissions,
+   * app_metadata, and the claims version `cv` that the resource side compares (src/provider/resource.ts).
+   * No organisation: a provider token has no active one (docs/provider.md).
+   */
+  private async tokenClaims(accountId: string, library: Library): Promise<Record<string, unknown>> {
+    try {
+      const { authz } = await this.deps.claims.forToken(accountId, null)
+      return { ...authz.claims, cv: authz.version }
+    } catch (error) {
+      // The account went between the grant's checks and now: no token, an OAuth error rather than a 500.
+      if (error instanceof AppError && error.code === 'INVALID_TOKEN') throw new library.errors.InvalidGrant!('the account no longer exists')
+      throw error
     }
   }
 

@@ -25,25 +25,25 @@ export async function watchlistRoutes(fastify: FastifyInstance, service: Watchli
       tags, security, operationId: 'listWatchlists', querystring: ListQuery,
       response: { 200: Page },
     },
-  }, async (request) => ok(await service.list(principalOf(request).userId, request.query)))
+  }, async (request) => ok(await service.list(principalOf(request), request.query)))
 
   app.post('/watchlists', {
     onRequest: write,
     schema: { tags, security, operationId: 'createWatchlist', body: CreateBody, response: { 201: One } },
   }, async (request, reply) => {
-    const watchlist = await service.create(principalOf(request).userId, request.body)
+    const watchlist = await service.create(principalOf(request), request.body)
     return reply.code(201).send(ok({ watchlist }))
   })
 
   app.get('/watchlists/:id', {
     onRequest: read,
     schema: { tags, security, operationId: 'getWatchlist', params: IdParams, response: { 200: One } },
-  }, async (request) => ok({ watchlist: await service.get(principalOf(request).userId, request.params.id) }))
+  }, async (request) => ok({ watchlist: await service.get(principalOf(request), request.params.id) }))
 
   app.patch('/watchlists/:id', {
     onRequest: write,
     schema: { tags, security, operationId: 'updateWatchlist', params: IdParams, body: UpdateBody, response: { 200: One } },
-  }, async (request) => ok({ watchlist: await service.update(principalOf(request).userId, request.params.id, request.body) }))
+  }, async (request) => ok({ watchlist: await service.update(principalOf(request), request.params.id, request.body) }))
 
   app.delete('/watchlists/:id', {
     onRequest: write,
@@ -52,17 +52,17 @@ export async function watchlistRoutes(fastify: FastifyInstance, service: Watchli
       response: { 200: Deleted },
     },
   }, async (request) => {
-    await service.remove(principalOf(request).userId, request.params.id)
+    await service.remove(principalOf(request), request.params.id)
     return ok({ id: request.params.id, deleted: true as const })
   })
 
   app.post('/watchlists/:id/symbols', {
     onRequest: write,
     schema: { tags, security, operationId: 'addWatchlistSymbol', params: IdParams, body: AddSymbolBody, response: { 200: One } },
-  }, async (request) => ok({ watchlist: await service.addSymbol(principalOf(request).userId, request.params.id, request.body.symbol) }))
+  }, async (request) => ok({ watchlist: await service.addSymbol(principalOf(request), request.params.id, request.body.symbol) }))
 
   app.delete('/watchlists/:id/symbols/:symbol', {
     onRequest: write,
     schema: { tags, security, operationId: 'removeWatchlistSymbol', params: SymbolParams, response: { 200: One } },
-  }, async (request) => ok({ watchlist: await service.removeSymbol(principalOf(request).userId, request.params.id, request.params.symbol) }))
+  }, async (request) => ok({ watchlist: await service.removeSymbol(principalOf(request), request.params.id, request.params.symbol) }))
 }

@@ -22,6 +22,13 @@ export const WEBHOOK_EVENTS = [
   'user.identity_unlinked',
   'session.revoked_all',
   'oauth.grant_revoked',
+  'user.roles_changed',
+  'organization.created',
+  'organization.updated',
+  'organization.deleted',
+  'organization.member_added',
+  'organization.member_updated',
+  'organization.member_removed',
 ] as const
 export type WebhookEventType = (typeof WEBHOOK_EVENTS)[number]
 

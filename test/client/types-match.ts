@@ -4,6 +4,7 @@
 import type { Static, TSchema } from 'typebox'
 import type * as accounts from '../../src/accounts/schemas.ts'
 import type * as auth from '../../src/auth/schemas.ts'
+import type * as organizations from '../../src/authz/org-schemas.ts'
 import type * as server from '../../src/errors.ts'
 import type * as mfa from '../../src/mfa/schemas.ts'
 import type * as oidc from '../../src/oidc/schemas.ts'
@@ -70,4 +71,22 @@ export type Checks = [
 
   Expect<Equal<client.AppList, DataOf<typeof provider.AppList>>>,
   Expect<Equal<client.AppRevocation, DataOf<typeof provider.AppRevoked>>>,
+
+  // Written by hand in packages/client/src/types.ts, not generated: held to the schemas here.
+  Expect<Equal<client.Organization, Static<typeof organizations.Organization>>>,
+  Expect<Equal<client.Organization, DataOf<typeof organizations.OneOrganization>['organization']>>,
+  Expect<Equal<client.OrganizationMembership[], DataOf<typeof organizations.OrganizationList>['organizations']>>,
+  Expect<Equal<client.UpdateOrganizationInput, Static<typeof organizations.UpdateOrganizationBody>>>,
+  Expect<Equal<client.OrganizationDeletion, DataOf<typeof organizations.OrganizationDeleted>>>,
+  Expect<Equal<client.Member, Static<typeof organizations.Member>>>,
+  Expect<Equal<client.MemberPage, DataOf<typeof organizations.MembersPage>>>,
+  Expect<Equal<client.MemberQuery, Partial<Static<typeof organizations.MembersQuery>>>>,
+  Expect<Equal<client.MemberRemoval, DataOf<typeof organizations.MemberRemoved>>>,
+  Expect<Equal<client.Member, DataOf<typeof organizations.OneMember>['member']>>,
+  Expect<Equal<client.InvitationInput, Static<typeof organizations.InviteBody>>>,
+  Expect<Equal<client.Invitation, Static<typeof organizations.Invitation>>>,
+  Expect<Equal<client.Invitation, DataOf<typeof organizations.OneInvitation>['invitation']>>,
+  Expect<Equal<client.Invitation[], DataOf<typeof organizations.InvitationList>['invitations']>>,
+  Expect<Equal<client.InvitationRevocation, DataOf<typeof organizations.InvitationRevoked>>>,
+  Expect<Equal<client.InvitationAcceptance, DataOf<typeof organizations.InvitationAccepted>>>,
 ]

@@ -81,7 +81,7 @@ for (const engine of ENGINES) {
     test('what the routes answer, and every action is an audit event naming the key', async () => {
       const user = await registerVerifyLogin(t)
       const got = (await as(keys.read, 'GET', `/admin/users/${user.userId}`)).json().data.user
-      assert.deepEqual(Object.keys(got).sort(), ['active_sessions', 'apps', 'created_at', 'disabled_reason', 'email', 'email_verified', 'full_name', 'identities', 'last_login_at', 'mfa', 'status', 'user_id'])
+      assert.deepEqual(Object.keys(got).sort(), ['active_sessions', 'app_metadata', 'apps', 'created_at', 'disabled_reason', 'email', 'email_verified', 'full_name', 'identities', 'last_login_at', 'mfa', 'roles', 'status', 'user_id'])
       assert.deepEqual(got.mfa, { enabled: false, factors: [] })
       assert.equal(got.status, 'active')
       assert.equal(got.active_sessions, 1)
@@ -206,7 +206,7 @@ for (const engine of ENGINES) {
       const admin = Object.entries(doc.paths as Record<string, Record<string, { security: Record<string, string[]>[]; tags: string[] }>>).flatMap(([path, methods]) =>
         Object.entries(methods).filter(([, op]) => op.tags?.includes('admin')).map(([method, op]) => ({ route: `${method.toUpperCase()} ${path}`, scopes: op.security[0]!.apiKey })),
       )
-      assert.equal(admin.length, 23)
+      assert.equal(admin.length, 31)
       for (const { route, scopes } of admin) assert.equal(scopes?.length, 1, route)
     })
   })

@@ -344,7 +344,10 @@ for (const engine of ENGINES) {
         const response = await t.get('/auth/me', access_token)
         assert.equal(response.statusCode, 200)
         const data = response.json().data
-        assert.deepEqual(Object.keys(data).sort(), ['created_at', 'email', 'email_verified', 'full_name', 'user_id'])
+        // The seed's five fields, and the two metadata objects API.md adds (null until set).
+        assert.deepEqual(Object.keys(data).sort(), ['app_metadata', 'created_at', 'email', 'email_verified', 'full_name', 'user_id', 'user_metadata'])
+        assert.equal(data.app_metadata, null)
+        assert.equal(data.user_metadata, null)
         assert.equal(data.user_id, userId)
         assert.equal(data.email, email)
         assert.equal(data.email_verified, true)

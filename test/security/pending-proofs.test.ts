@@ -549,6 +549,44 @@ for (const engine of ENGINES) {
           }
         },
       },
+      {
+        table: 'invitations',
+        what: 'an invitation to an organisation, mailed to the account\'s address',
+        refusal: '404 NOT_FOUND at its acceptance, no membership (and a fresh invitation accepted)',
+        account: () => verified('invited'),
+        async make(account) {
+          const owner = await verified('inviting')
+          const created = await t.post('/auth/organizations', { name: 'Pending Proofs' }, owner.access)
+          assert.equal(created.statusCode, 201, created.body)
+          const organizationId = created.json().data.organization.id as string
+          // The owner's membership moved their claims: a session of now to invite from.
+          const ownerAccess = await signIn(owner)
+          const inviteNow = async () => {
+            const invited = await t.post(`/auth/organizations/${organizationId}/invitations`, { email: account.email, roles: ['member'] }, ownerAccess)
+            assert.equal(invited.statusCode, 201, invited.body)
+            return tokenFromMail(await mailTo(account.email, 'An invitation to an organisation on Portcullis'))
+          }
+          const token = await inviteNow()
+          const use = (bearer: string, invitation = token) => t.post('/auth/invitations/accept', { token: invitation }, bearer)
+          const organizationsOf = async (bearer: string) => (await t.get('/auth/organizations', bearer)).json().data.organizations as { id: string }[]
+          return {
+            async refused(bearer, why) {
+              const session = await bearer()
+              refusedAs(await use(session), 404, 'NOT_FOUND', why)
+              assert.deepEqual(await organizationsOf(session), [], `${why}: no membership`)
+              // The account itself is fine: an invitation made after the event is accepted.
+              const fresh = await use(session, await inviteNow())
+              assert.equal(fresh.statusCode, 200, `${why}: ${fresh.body}`)
+            },
+            async accepted(bearer) {
+              const used = await use(await bearer())
+              assert.equal(used.statusCode, 200, used.body)
+              assert.equal(used.json().data.organization.id, organizationId)
+              assert.deepEqual((await organizationsOf(await signIn(account))).map((o) => o.id), [organizationId])
+            },
+          }
+        },
+      },
     ]
 
     // ---- Part 2: each kind dies with each event, and lives without one ----------------------------

@@ -59,6 +59,7 @@ describe('mail', () => {
       emailChangeNoticeMail: { message: templates.emailChangeNoticeMail(brand, to, 'new@example.com', LINK, TOKEN), secrets: [LINK, TOKEN] },
       securityNoticeMail: { message: templates.securityNoticeMail(brand, to, { subject: 'A second factor was added', what: 'A second factor was added.' }), secrets: [] },
       identityLinkedMail: { message: templates.identityLinkedMail(brand, to, 'Example ID'), secrets: [] },
+      invitationMail: { message: templates.invitationMail(brand, to, LINK, TOKEN, { organization: 'Acme', inviter: 'Ada <ada@example.com>' }), secrets: [LINK, TOKEN] },
     }
     const exported = Object.entries(templates).filter(([name, value]) => typeof value === 'function' && name.endsWith('Mail')).map(([name]) => name)
     assert.deepEqual(Object.keys(built).sort(), exported.sort(), 'every template is checked')

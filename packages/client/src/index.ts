@@ -1,9 +1,11 @@
+import { accessClaimsOf, claimsOf, grants, PERMISSION_PATTERN } from './claims.ts'
 import { PortcullisError } from './errors.ts'
 import { pkcePair, verifierStore } from './pkce.ts'
 import { memoryStorage, type TokenStorage } from './storage.ts'
 import { Tabs } from './tabs.ts'
 import { createCredential, getCredential } from './webauthn.ts'
 import type {
+  AccessClaims, Invitation, InvitationAcceptance, InvitationInput, InvitationRevocation, Member, MemberPage, MemberQuery, MemberRemoval, Organization, OrganizationDeletion, OrganizationMembership, UpdateOrganizationInput,
   AccountDeletion, AccountExport, CaptchaOptions, ChangeEmailInput, ChangePasswordInput, CreateWatchlistInput, FactorList, FactorRemoval, FactorRename, LoginInput, LoginResult, Me, MfaChallengeInfo, MfaRequired, UpdateMeInput,
   AppList, AppRevocation, IdentityList, IdentityRemoval, OidcLinkStart, OidcProviders, PasskeyCreation, PasskeyLogin, PasskeyRequest, RecoveryCodes, RefreshResult, RegisterInput, Registration, Session, SessionRevocation, StepUpInput, StepUpResult, TotpConfirmation, TotpEnrolment,
   UpdateWatchlistInput, Verification, VerifyMfaInput, Watchlist, WatchlistDeletion, WatchlistPage, WatchlistQuery,
@@ -100,7 +102,7 @@ export interface PortcullisClientOptions {
 }
 
 interface Call {
-  method: 'GET' | 'POST' | 'PATCH' | 'DELETE'
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'
   path: string
   body?: unknown
   query?: Record<string, string | number | undefined>
@@ -125,23 +127,13 @@ async function isTokenExpired(response: Response): Promise<boolean> {
   }
 }
 
-/**
- * A JWT's claims, unverified: only used to decide when to refresh and which session is this
- * client's own, never to trust anything. A malformed token has no claims.
- */
-function claimsOf(jwt: string): { exp?: unknown; iat?: unknown; sid?: unknown } {
-  try {
-    const claims: unknown = JSON.parse(atob(jwt.split('.')[1]!.replace(/-/g, '+').replace(/_/g, '/')))
-    return typeof claims === 'object' && claims !== null ? claims : {}
-  } catch {
-    return {}
-  }
-}
-
 function expiryMs(jwt: string): number | null {
   const { exp } = claimsOf(jwt)
   return typeof exp === 'number' ? exp * 1000 : null
 }
+
+const orgPath = (id: string) => `/auth/organizations/${encodeURIComponent(id)}`
+const memberPath = (organizationId: string, userId: string) => `${orgPath(organizationId)}/members/${encodeURIComponent(userId)}`
 
 /**
  * A typed client for the Portcullis API: one method per operation, one error type, and the service's
@@ -161,7 +153,14 @@ export class PortcullisClient {
   private readonly tokenOrigins: ReadonlySet<string>
   /** Cookie transport: the access token, held in memory only. */
   private memoryAccessToken: string | null = null
+  /**
+   * Body transport: the access token as this client last loaded or saved it, so that can() and
+   * claims() answer at once, without waiting on an asynchronous storage.
+   */
+  private storedAccessToken: string | null = null
   private refreshing: Promise<string> | null = null
+  /** A switchOrganization() under way: a refresh asked for meanwhile waits for it. */
+  private switching: Promise<string> | null = null
   private sessionLive = false
 
   constructor(options: PortcullisClientOptions) {
@@ -201,7 +200,13 @@ export class PortcullisClient {
 
   private async accessToken(): Promise<string | null> {
     if (this.transport === 'cookie') return this.memoryAccessToken
-    return (await this.storage.load())?.accessToken ?? null
+    this.storedAccessToken = (await this.storage.load())?.accessToken ?? null
+    return this.storedAccessToken
+  }
+
+  /** The access token as this client holds it now, without a call or a storage read. */
+  private heldAccessToken(): string | null {
+    return this.transport === 'cookie' ? this.memoryAccessToken : this.storedAccessToken
   }
 
   private async refreshToken(): Promise<string | null> {
@@ -214,11 +219,15 @@ export class PortcullisClient {
       return
     }
     const stored = await this.storage.load()
-    if (stored) await this.storage.save({ ...stored, accessToken })
+    if (stored) {
+      await this.storage.save({ ...stored, accessToken })
+      this.storedAccessToken = accessToken
+    }
   }
 
   private async forgetTokens(): Promise<void> {
     this.memoryAccessToken = null
+    this.storedAccessToken = null
     this.sessionLive = false
     await this.storage.clear()
   }
@@ -313,6 +322,9 @@ export class PortcullisClient {
    * and callers that arrive while a refresh is running share it.
    */
   private async refreshAfter(failed: string | null): Promise<string> {
+    // A switch of organisation brings a new token too; refused (not a member), the one held is
+    // still the session's, and the caller refreshes as usual below.
+    if (this.switching) await this.switching.catch(() => undefined)
     const current = await this.accessToken()
     if (current !== null && current !== failed) return current
     // The session ended (a refresh was refused) while this caller's request was out: no new attempt.
@@ -337,8 +349,12 @@ export class PortcullisClient {
     })
   }
 
-  /** One POST /auth/refresh. A refusal ends the session; a network failure or outage does not. */
-  private async refreshNow(): Promise<string> {
+  /**
+   * One POST /auth/refresh; with `choice`, one that switches the session's active organisation. A
+   * refusal ends the session; a network failure or outage does not, nor does FORBIDDEN (not a
+   * member of the organisation asked for: the session is as it was).
+   */
+  private async refreshNow(choice?: { organization_id: string | null }): Promise<string> {
     try {
       const refreshToken = await this.refreshToken()
       if (this.transport === 'body' && refreshToken === null) {
@@ -346,14 +362,14 @@ export class PortcullisClient {
       }
       const data = await this.read<RefreshResult>(
         await this.send(this.transport === 'cookie'
-          ? { method: 'POST', path: '/auth/refresh', cookie: true }
-          : { method: 'POST', path: '/auth/refresh', body: { refresh_token: refreshToken } }),
+          ? { method: 'POST', path: '/auth/refresh', cookie: true, ...(choice ? { body: choice } : {}) }
+          : { method: 'POST', path: '/auth/refresh', body: { refresh_token: refreshToken, ...choice } }),
       )
       await this.keepAccessToken(data.access_token)
       this.sessionLive = true
       return data.access_token
     } catch (error) {
-      if (error instanceof PortcullisError && (error.status === 401 || error.status === 403)) await this.endSession('refresh_failed', error)
+      if (error instanceof PortcullisError && (error.status === 401 || error.status === 403) && error.code !== 'FORBIDDEN') await this.endSession('refresh_failed', error)
       throw error
     }
   }
@@ -381,6 +397,33 @@ export class PortcullisClient {
   /** The current access token (refreshed first when refreshAheadSeconds says so), or null. */
   getAccessToken(): Promise<string | null> {
     return this.usableAccessToken()
+  }
+
+  // What the user may do ----------------------------------------------------------------------
+
+  /**
+   * What the current access token says the user may do: their global roles and permissions,
+   * app_metadata, and the active organisation with their roles and permissions in it; null with
+   * no token. Read from the token this client holds, without a call: a snapshot as of the token's
+   * issue (docs/client.md, "What the user may do").
+   */
+  claims(): AccessClaims | null {
+    const token = this.heldAccessToken()
+    return token === null ? null : accessClaimsOf(token)
+  }
+
+  /**
+   * Whether the current access token grants `permission` (`resource:action`): its `permissions`
+   * do, or its `org_permissions` in the active organisation do (where `organization:*`, the
+   * owner's, grants everything); `resource:*` grants every action of the resource. The service's
+   * own rule, read from the token without a call. For showing and hiding what a person may use;
+   * the service (or the application's API) still decides on each request.
+   */
+  can(permission: string): boolean {
+    if (!PERMISSION_PATTERN.test(permission)) throw new TypeError(`can(): "${permission}" is not a permission like "watchlists:read" (resource:action)`)
+    const claims = this.claims()
+    if (claims === null) return false
+    return grants(claims.permissions, permission, false) || (claims.org_id !== null && grants(claims.org_permissions, permission, true))
   }
 
   /**
@@ -442,8 +485,12 @@ export class PortcullisClient {
   }
 
   private async signedIn(data: LoginResult): Promise<LoginResult> {
-    if ('refresh_token' in data) await this.storage.save({ accessToken: data.access_token, refreshToken: data.refresh_token })
-    else this.memoryAccessToken = data.access_token
+    if ('refresh_token' in data) {
+      await this.storage.save({ accessToken: data.access_token, refreshToken: data.refresh_token })
+      this.storedAccessToken = data.access_token
+    } else {
+      this.memoryAccessToken = data.access_token
+    }
     this.sessionLive = true
     await this.tabs?.shareToken(data.access_token)
     return data
@@ -649,11 +696,37 @@ export class PortcullisClient {
     return { access_token, expires_in: typeof exp === 'number' && typeof iat === 'number' ? exp - iat : 0 }
   }
 
+  /**
+   * Makes `organizationId` the session's active organisation, or none with null: a refresh that
+   * asks for it. The new access token, kept by this client (and handed to the other tabs in cookie
+   * mode), carries `org_id`, `org_roles` and `org_permissions`, and the session remembers the
+   * choice for its later refreshes. Not a member of it: FORBIDDEN, and the session stays as it was.
+   */
+  async switchOrganization(organizationId: string | null): Promise<RefreshResult> {
+    // After any refresh or switch under way, so that this one is the last word: a refresh that
+    // finished later would otherwise put a token of the previous organisation back.
+    while (this.refreshing || this.switching) await (this.refreshing ?? this.switching)!.catch(() => undefined)
+    const run = async () => {
+      const token = await this.refreshNow({ organization_id: organizationId })
+      await this.tabs?.shareToken(token)
+      return token
+    }
+    const switching = this.tabs ? this.tabs.exclusive(run) : run()
+    this.switching = switching
+    try {
+      const access_token = await switching
+      const { exp, iat } = claimsOf(access_token)
+      return { access_token, expires_in: typeof exp === 'number' && typeof iat === 'number' ? exp - iat : 0 }
+    } finally {
+      if (this.switching === switching) this.switching = null
+    }
+  }
+
   me(): Promise<Me> {
     return this.request({ method: 'GET', path: '/auth/me', bearer: true })
   }
 
-  /** Changes the user's name; answers what me() answers. */
+  /** Changes the user's name or their user_metadata; answers what me() answers. */
   updateMe(input: UpdateMeInput): Promise<Me> {
     return this.request({ method: 'PATCH', path: '/auth/me', body: input, bearer: true })
   }
@@ -774,6 +847,98 @@ export class PortcullisClient {
   async removeWatchlistSymbol(id: string, symbol: string): Promise<Watchlist> {
     const path = `/watchlists/${encodeURIComponent(id)}/symbols/${encodeURIComponent(symbol)}`
     return (await this.request<{ watchlist: Watchlist }>({ method: 'DELETE', path, bearer: true })).watchlist
+  }
+
+  // Organisations (docs/client.md, "Organisations") ---------------------------------------------
+
+  /** A new organisation, the caller its `owner`. Needs a confirmed address. */
+  async createOrganization(name: string): Promise<Organization> {
+    return (await this.request<{ organization: Organization }>({ method: 'POST', path: '/auth/organizations', body: { name }, bearer: true })).organization
+  }
+
+  /** The organisations the user belongs to, with their roles in each. */
+  async listOrganizations(): Promise<OrganizationMembership[]> {
+    return (await this.request<{ organizations: OrganizationMembership[] }>({ method: 'GET', path: '/auth/organizations', bearer: true })).organizations
+  }
+
+  /** One of the user's organisations; one they do not belong to is NOT_FOUND. */
+  async getOrganization(id: string): Promise<Organization> {
+    return (await this.request<{ organization: Organization }>({ method: 'GET', path: orgPath(id), bearer: true })).organization
+  }
+
+  /** Renames an organisation (`organization:*`, the owner's permission). */
+  async updateOrganization(id: string, input: UpdateOrganizationInput): Promise<Organization> {
+    return (await this.request<{ organization: Organization }>({ method: 'PATCH', path: orgPath(id), body: input, bearer: true })).organization
+  }
+
+  /** Deletes an organisation with its memberships and invitations (`organization:*`). */
+  deleteOrganization(id: string): Promise<OrganizationDeletion> {
+    return this.request({ method: 'DELETE', path: orgPath(id), bearer: true })
+  }
+
+  /** A page of an organisation's members (any member may list them); pass `next_cursor` back as `cursor`. */
+  listMembers(organizationId: string, query: MemberQuery = {}): Promise<MemberPage> {
+    return this.request({ method: 'GET', path: `${orgPath(organizationId)}/members`, query, bearer: true })
+  }
+
+  /**
+   * A member's roles in the organisation, all of them (`members:manage`; nobody grants a permission
+   * they lack). The last owner cannot be demoted while others are members: LAST_OWNER.
+   */
+  async updateMember(organizationId: string, userId: string, roles: string[]): Promise<Member> {
+    return (await this.request<{ member: Member }>({ method: 'PUT', path: memberPath(organizationId, userId), body: { roles }, bearer: true })).member
+  }
+
+  /** Removes a member (`members:manage`); the user's own id leaves, as leaveOrganization() does. */
+  async removeMember(organizationId: string, userId: string): Promise<MemberRemoval> {
+    const removed = await this.request<MemberRemoval>({ method: 'DELETE', path: memberPath(organizationId, userId), bearer: true })
+    await this.afterLeaving(organizationId, userId)
+    return removed
+  }
+
+  /**
+   * Leaves an organisation. The last owner of one with other members cannot (LAST_OWNER). When it
+   * was the active one, the client refreshes at once, so claims() and can() stop answering for it.
+   */
+  async leaveOrganization(organizationId: string): Promise<MemberRemoval> {
+    const userId = claimsOf((await this.accessToken()) ?? '').sub
+    if (typeof userId !== 'string') throw new PortcullisError({ code: 'AUTH_REQUIRED', status: 401, message: 'Not signed in: log in first.' })
+    return this.removeMember(organizationId, userId)
+  }
+
+  /** The user left the active organisation: a token without it, rather than one the service refuses at the next call. */
+  private async afterLeaving(organizationId: string, userId: string): Promise<void> {
+    const token = await this.accessToken()
+    if (token === null) return
+    const { sub, org_id } = claimsOf(token)
+    if (sub === userId && typeof org_id === 'string' && org_id.toLowerCase() === organizationId.toLowerCase()) await this.refreshAfter(token)
+  }
+
+  /**
+   * Invites an address to the organisation with `roles` (`members:invite`): a single-use link is
+   * mailed to it, good for 7 days. The invitation's token is never shown to the inviter.
+   */
+  async invite(organizationId: string, input: InvitationInput): Promise<Invitation> {
+    return (await this.request<{ invitation: Invitation }>({ method: 'POST', path: `${orgPath(organizationId)}/invitations`, body: input, bearer: true })).invitation
+  }
+
+  /** The organisation's pending invitations (`members:invite`). */
+  async listInvitations(organizationId: string): Promise<Invitation[]> {
+    return (await this.request<{ invitations: Invitation[] }>({ method: 'GET', path: `${orgPath(organizationId)}/invitations`, bearer: true })).invitations
+  }
+
+  /** Withdraws a pending invitation (`members:invite`); its link stops working. */
+  revokeInvitation(organizationId: string, invitationId: string): Promise<InvitationRevocation> {
+    return this.request({ method: 'DELETE', path: `${orgPath(organizationId)}/invitations/${encodeURIComponent(invitationId)}`, bearer: true })
+  }
+
+  /**
+   * Accepts an invitation with the token from its link (`?token=`), for the signed-in user, whose
+   * confirmed address must be the invited one (else FORBIDDEN, and the invitation stays). The
+   * membership takes effect at once; switchOrganization() makes it the active one.
+   */
+  acceptInvitation(token: string): Promise<InvitationAcceptance> {
+    return this.request({ method: 'POST', path: '/auth/invitations/accept', body: { token }, bearer: true })
   }
 
   /** Stops listening to the other tabs. */

@@ -21,6 +21,8 @@ export type ErrorCode =
   | 'REQUEST_TIMEOUT'
   | 'UNSUPPORTED_MEDIA_TYPE'
   | 'LIMIT_EXCEEDED'
+  | 'FORBIDDEN'
+  | 'LAST_OWNER'
   | 'HTTPS_REQUIRED'
   | 'INVALID_API_KEY'
   | 'INSUFFICIENT_SCOPE'
@@ -59,6 +61,8 @@ export type LoginInput = {
   email: string
   /** 8 to 128 Unicode code points */
   password: string
+  /** The organisation the access token is for (null: none); the session remembers it */
+  organization_id?: string | null
 }
 
 /** With the cookie transport, `refresh_token` is absent: it is in an HttpOnly cookie. */
@@ -87,11 +91,18 @@ export type Me = {
   full_name: string
   email_verified: boolean
   created_at: string
+  /** Set by operators, carried in access tokens; read-only here */
+  app_metadata: object | null
+  /** Set by the user (PATCH /auth/me); never in a token */
+  user_metadata: object | null
 }
 
+/** One or both; user_metadata is never put into a token */
 export type UpdateMeInput = {
   /** 1 to 100 characters once trimmed */
-  full_name: string
+  full_name?: string
+  /** A JSON object of at most 2048 bytes serialised, replacing the one stored; null clears it */
+  user_metadata?: object | null
 }
 
 export type ChangeEmailInput = {
@@ -177,6 +188,13 @@ export type AccountExport = {
     granted_at: string
     last_used_at: string | null
   }[]
+  /** The organisations the user belongs to, with their roles */
+  organizations: {
+    id: string
+    name: string
+    roles: string[]
+    joined_at: string
+  }[]
   /** Mail sent or queued to the caller, without the bodies (they carry one-time links) */
   mail: {
     id: string
@@ -200,6 +218,8 @@ export type Watchlist = {
   symbols: string[]
   created_at: string
   updated_at: string
+  /** The organisation that owns the list; absent on the caller's own lists */
+  organization_id?: string
 }
 
 export type WatchlistPage = {
@@ -210,12 +230,16 @@ export type WatchlistPage = {
 export type WatchlistQuery = {
   limit?: number
   cursor?: string
+  /** An organisation's lists (needs watchlists:read in it) instead of the caller's own */
+  organization_id?: string
 }
 
 export type CreateWatchlistInput = {
   name: string
   /** 1 to 15 of A-Z 0-9 . - (stored upper-case) */
   symbols?: string[]
+  /** Absent or null: the caller's own list */
+  organization_id?: string | null
 }
 
 export type UpdateWatchlistInput = {

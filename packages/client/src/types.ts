@@ -15,6 +15,43 @@ export type {
 } from './types.generated.ts'
 
 /**
+ * What an access token says about what its user may do, as claims() reads it (docs/authorization.md,
+ * "The claims"): absent claims are empty lists or null here. The org_* members are those of the
+ * session's active organisation (switchOrganization()).
+ */
+export interface AccessClaims {
+  roles: string[]
+  permissions: string[]
+  app_metadata: Record<string, unknown> | null
+  org_id: string | null
+  org_roles: string[]
+  org_permissions: string[]
+}
+
+/*
+ * The organisation routes' requests and answers (src/authz/org-schemas.ts). scripts/client-types.ts
+ * does not generate them (yet), so they are written here; test/client/types-match.ts fails the
+ * type-check if one parts from its schema's Static<> type.
+ */
+export type Organization = { id: string; name: string; created_at: string }
+/** One of listOrganizations(): an organisation and the user's roles in it. */
+export type OrganizationMembership = { id: string; name: string; roles: string[]; joined_at: string }
+export type UpdateOrganizationInput = { name: string }
+export type OrganizationDeletion = { id: string; deleted: true }
+export type Member = { user_id: string; email: string; full_name: string; roles: string[]; joined_at: string }
+export type MemberPage = { members: Member[]; next_cursor: string | null }
+/** `limit` 1 to 100 (20 by default); `cursor` the previous page's `next_cursor`. */
+export type MemberQuery = { limit?: number; cursor?: string }
+export type MemberRemoval = { organization_id: string; user_id: string; removed: true }
+/** `roles`: 1 to 20 roles of the catalogue; nobody grants a permission they lack. */
+export type InvitationInput = { email: string; roles: string[] }
+/** `invited_by` is null once the inviter's account is gone. */
+export type Invitation = { id: string; email: string; roles: string[]; invited_by: string | null; created_at: string; expires_at: string }
+export type InvitationRevocation = { id: string; revoked: true }
+/** The organisation joined and the roles the invitation gave. */
+export type InvitationAcceptance = { organization: Organization; roles: string[] }
+
+/**
  * login() with a second factor on the account: no token yet. Send a code with verifyMfa() (the
  * mfa_token lives expires_in seconds); `methods` says what the account can use.
  */
