@@ -230,6 +230,15 @@ for (const engine of ENGINES) {
         const changeToken = tokenFromMail(await t.mail.next(moved))
         assert.equal((await t.app.inject({ method: 'POST', url: '/confirm-email-change', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: `token=${changeToken}` })).statusCode, 200)
         secrets.push({ what: 'address change token', value: changeToken })
+        // An organisation's invitation: its mailed link token, to an address with no account yet.
+        const organization = await t.post('/auth/organizations', { name: 'At rest' }, mover.access_token)
+        assert.equal(organization.statusCode, 201, organization.body)
+        const invitedAddress = uniqueEmail('at-rest-invited')
+        // Founding it changed the owner's claims: the access token is refreshed first.
+        const ownerToken = (await t.post('/auth/refresh', { refresh_token: mover.refresh_token })).json().data.access_token
+        const invitation = await t.post(`/auth/organizations/${organization.json().data.organization.id}/invitations`, { email: invitedAddress, roles: ['member'] }, ownerToken)
+        assert.equal(invitation.statusCode, 201, invitation.body)
+        secrets.push({ what: 'invitation token', value: tokenFromMail(await t.mail.next(invitedAddress)) })
         await t.app.services.background.drain()
         await t.app.services.mailQueue.flush()
 
@@ -245,7 +254,7 @@ for (const engine of ENGINES) {
           for (const secret of secrets) assert.ok(!raw.includes(secret.value), `${secret.what} in the clear in the SQLite file or its WAL`)
         }
         const columns = await textColumnsOf(t)
-        for (const column of ['users.email', 'api_keys.id', 'signing_keys.private_jwk', 'audit_events.type', 'mail_outbox.subject', 'mail_outbox.body_text', 'mfa_factors.secret', 'mfa_recovery_codes.code_hash', 'mfa_challenges.token_hash', 'email_changes.token_hash', 'webhook_endpoints.secret', 'webhook_deliveries.payload']) {
+        for (const column of ['users.email', 'api_keys.id', 'signing_keys.private_jwk', 'audit_events.type', 'mail_outbox.subject', 'mail_outbox.body_text', 'mfa_factors.secret', 'mfa_recovery_codes.code_hash', 'mfa_challenges.token_hash', 'email_changes.token_hash', 'invitations.token_hash', 'webhook_endpoints.secret', 'webhook_deliveries.payload']) {
           assert.ok(columns.has(column), `the scan found ${column}`)
         }
         assert.ok(columns.get('users.email')!.includes(factorOwner.email), 'the scan reads the data')
