@@ -5,6 +5,7 @@ import { adminRoutes } from './admin/routes.ts'
 import { invitationPageRoutes } from './authz/invitation-pages.ts'
 import { organizationAdminRoutes, protectedOrganizationRoutes } from './authz/org-routes.ts'
 import { roleAdminRoutes } from './authz/roles-routes.ts'
+import { importAdminRoutes } from './imports/routes.ts'
 import { CookieTransport } from './auth/cookie-transport.ts'
 import { protectedAuthRoutes, publicAuthRoutes } from './auth/routes.ts'
 import { BotProtection, CaptchaVerifier } from './captcha/verifier.ts'
@@ -241,6 +242,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       await api.register(organizationAdminRoutes, { organizations: services.organizations, apiKeys, limits })
       // The roles catalogue, users' global roles and app_metadata (src/authz/).
       await api.register(roleAdminRoutes, { roles: services.roles, admin, apiKeys, limits })
+      // Moving in: accounts imported from another system (src/imports/).
+      await api.register(importAdminRoutes, { imports: services.imports, apiKeys, limits })
     },
     { prefix: config.basePath },
   )

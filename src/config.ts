@@ -57,6 +57,12 @@ const EnvSchema = Type.Object({
   CAPTCHA_SITE_KEY: Type.Optional(Type.String({ minLength: 1, maxLength: 256, pattern: '^[A-Za-z0-9_-]+$' })),
   CAPTCHA_VERIFY_URL: Type.Optional(Type.String({ pattern: '^https?://[^/?#\\s]+(/[^\\s]*)?$' })),
   CAPTCHA_TIMEOUT_SECONDS: Type.Integer({ minimum: 1, maximum: 30, default: 5 }),
+  FIREBASE_HASH_KEY: Type.Optional(Type.String({ minLength: 4, maxLength: 512, pattern: '^[A-Za-z0-9+/]+={0,2}$' })),
+  FIREBASE_SALT_SEPARATOR: Type.Optional(Type.String({ minLength: 2, maxLength: 64, pattern: '^[A-Za-z0-9+/]+={0,2}$' })),
+  FIREBASE_ROUNDS: Type.Integer({ minimum: 1, maximum: 8, default: 8 }),
+  FIREBASE_MEM_COST: Type.Integer({ minimum: 1, maximum: 14, default: 14 }),
+  LEGACY_VERIFY_URL: Type.Optional(Type.String({ pattern: '^https?://[^/?#\\s]+(/[^\\s]*)?$' })),
+  LEGACY_VERIFY_SECRET: Type.Optional(Type.String({ minLength: 16, maxLength: 512, pattern: '^[\\x21-\\x7e]+$' })),
   METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16, maxLength: 512, pattern: '^[\\x21-\\x7e]+$' })),
   METRICS_PUBLIC: Type.Boolean({ default: false }),
   DOCS: Type.Optional(Type.Union([Type.Literal('on'), Type.Literal('off')])),
@@ -114,6 +120,8 @@ function describe(variable: string, schema: unknown): string {
   if (variable === 'APP_NAME') return 'must be 1 to 60 characters without control characters'
   if (variable === 'CAPTCHA_SECRET') return 'must be the secret key from the provider\'s dashboard (printable characters, no spaces)'
   if (variable === 'CAPTCHA_SITE_KEY') return 'must be the site key from the provider\'s dashboard (letters, digits, - and _)'
+  if (variable === 'LEGACY_VERIFY_SECRET') return 'must be 16 to 512 printable characters without spaces (openssl rand -hex 32)'
+  if (variable === 'FIREBASE_HASH_KEY' || variable === 'FIREBASE_SALT_SEPARATOR') return 'must be base64, as the Firebase console shows it (Authentication, Users, Password hash parameters)'
   if (variable === 'OP_ISSUER') return 'must be an origin with no path (https://id.example.com): the provider serves its discovery documents at the issuer\'s root'
   if (variable.endsWith('_URL') && s.pattern) return `must be a URL matching ${s.pattern}`
   if (s.pattern) return `must match ${s.pattern}`
@@ -271,6 +279,31 @@ function captchaSettings(env: Env, production: boolean): CaptchaSettings | null 
   return { provider, secret: env.CAPTCHA_SECRET, siteKey: env.CAPTCHA_SITE_KEY, verifyUrl, timeoutMs: env.CAPTCHA_TIMEOUT_SECONDS * 1000 }
 }
 
+/**
+ * Moving in (docs/migrating.md): Firebase's project hash parameters (all of FIREBASE_HASH_KEY and
+ * FIREBASE_SALT_SEPARATOR or none; rounds and memory cost default to Firebase's usual 8 and 14), and
+ * the old system lazy migration asks (its URL and secret together; https only in production, where
+ * its address is vetted like a webhook's).
+ */
+function importSettings(env: Env, production: boolean) {
+  if ((env.FIREBASE_HASH_KEY === undefined) !== (env.FIREBASE_SALT_SEPARATOR === undefined)) {
+    throw new ConfigError(env.FIREBASE_HASH_KEY === undefined ? 'FIREBASE_HASH_KEY' : 'FIREBASE_SALT_SEPARATOR', 'must be set with the other (both from the Firebase console, Authentication, Users, Password hash parameters)')
+  }
+  const firebase = env.FIREBASE_HASH_KEY && env.FIREBASE_SALT_SEPARATOR
+    ? { signerKey: Buffer.from(env.FIREBASE_HASH_KEY, 'base64'), saltSeparator: Buffer.from(env.FIREBASE_SALT_SEPARATOR, 'base64'), rounds: env.FIREBASE_ROUNDS, memCost: env.FIREBASE_MEM_COST }
+    : null
+  if ((env.LEGACY_VERIFY_URL === undefined) !== (env.LEGACY_VERIFY_SECRET === undefined)) {
+    throw new ConfigError(env.LEGACY_VERIFY_URL === undefined ? 'LEGACY_VERIFY_URL' : 'LEGACY_VERIFY_SECRET', 'must be set with the other (lazy migration needs both)')
+  }
+  let legacy: { url: string; secret: string } | null = null
+  if (env.LEGACY_VERIFY_URL && env.LEGACY_VERIFY_SECRET) {
+    // The password travels in the body: only over TLS in production.
+    if (production && new URL(env.LEGACY_VERIFY_URL).protocol !== 'https:') throw new ConfigError('LEGACY_VERIFY_URL', 'must be an https:// URL in production')
+    legacy = { url: env.LEGACY_VERIFY_URL, secret: env.LEGACY_VERIFY_SECRET }
+  }
+  return { firebase, legacy }
+}
+
 export function loadConfig(source: Record<string, string | undefined> = process.env) {
   const env = parseEnv(source)
   const production = env.NODE_ENV === 'production'
@@ -331,6 +364,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     },
     /** Bot protection on register, forgot-password, resend-verification and the e-mailed sign-in's start; null when off. */
     captcha: captchaSettings(env, production),
+    /** FIREBASE_* and LEGACY_VERIFY_*: imported Firebase hashes, and lazy migration (docs/migrating.md). */
+    imports: importSettings(env, production),
     /** EMAIL_SIGNUP: the first e-mailed sign-in of an unknown address makes a verified account without a password. */
     emailSignup: env.EMAIL_SIGNUP,
     /** ORGANIZATIONS: on (users create them), admin (only operators do, POST /admin/organizations), off (no organisation routes: 404). */

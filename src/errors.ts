@@ -34,6 +34,7 @@ export const ErrorCodes = {
   RATE_LIMITED: { status: 429, message: 'Too many requests; try again later.' },
   INTERNAL_ERROR: { status: 500, message: 'An internal error occurred.' },
   SERVICE_UNAVAILABLE: { status: 503, message: 'The service is temporarily unavailable; try again later.' },
+  LEGACY_UNAVAILABLE: { status: 503, message: 'The system this account is moving from did not answer; try again later.' },
 } as const
 
 export type ErrorCode = keyof typeof ErrorCodes

@@ -52,6 +52,10 @@ import { WebhookService } from './webhooks/service.ts'
 import type { DurableQueueOptions } from './queue/durable.ts'
 import { Retention } from './retention.ts'
 import { WatchlistService } from './watchlists/service.ts'
+import { withImportedFormats } from './imports/formats.ts'
+import { LegacyVerifier } from './imports/legacy.ts'
+import { ImportService } from './imports/service.ts'
+import { PasswordCheck } from './auth/password-check.ts'
 
 /**
  * What ends with all of an account's sessions, besides them and the pending proofs (which die by the
@@ -81,6 +85,8 @@ export interface AppOverrides {
   retentionBatch?: number
   /** Webhook queue timings and the receivers' time to answer (tests make them short); how endpoint names resolve (tests resolve one to loopback). */
   webhooks?: { queue?: Partial<DurableQueueOptions>; timeoutMs?: number; resolve?: Resolve }
+  /** How the legacy system's name resolves (tests resolve one to loopback, to try the production address policy). */
+  legacyResolve?: Resolve
 }
 
 export interface AppServices {
@@ -115,6 +121,10 @@ export interface AppServices {
   provider: ProviderService
   /** The watchlists API's view of the provider's access tokens (src/provider/resource.ts). */
   resourceTokens: ResourceTokens
+  /** Moving in: imports of accounts from other systems (src/imports/). */
+  imports: ImportService
+  /** Lazy migration's questions to the old system (src/imports/legacy.ts). */
+  legacy: LegacyVerifier
   watchlists: WatchlistService
   feed: ChangeFeed
   gate: SessionGate
@@ -189,7 +199,8 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
   return {
     db, clock, sealer, keys, metrics, mailQueue, retention, commits, feed, gate, identityProviders, background,
     limits: new Limits(store, clock, config.limits),
-    hasher: boundedHasher(overrides.hasher ?? createArgon2Hasher(), config.hashing),
+    // Every password check goes through one hasher that knows the imported formats too (src/imports/formats.ts).
+    hasher: boundedHasher(withImportedFormats(overrides.hasher ?? createArgon2Hasher(), config.imports.firebase), config.hashing),
   }
 }
 
@@ -218,8 +229,11 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     // The identity module is built after this one (it needs the second-factor seam); asked only at run time.
     hasIdentity: (trx, userId): Promise<boolean> => oidc.hasIdentity(trx, userId),
   })
+  // Lazy migration: an account imported without a hash asks the system it came from, once (src/imports/legacy.ts).
+  const legacy = new LegacyVerifier(config.imports.legacy, logger, { production: config.production, ...(overrides.legacyResolve ? { resolve: overrides.legacyResolve } : {}) })
+  const passwords = new PasswordCheck({ db, clock, hasher, legacy })
   const auth = new AuthService({
-    db, clock, hasher, tokens, mailQueue, background, gate, limits, logger, brand, commits, sessions, secondFactor: mfa, events,
+    db, clock, hasher, passwords, tokens, mailQueue, background, gate, limits, logger, brand, commits, sessions, secondFactor: mfa, events,
     requireEmailVerification: config.requireEmailVerification,
     verifyEmailUrl: config.verifyEmailUrl,
   })
@@ -241,7 +255,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   // Every event that ends all of an account's sessions also ends the sign-ins under way and the
   // proofs pending in these modules (src/auth/sign-out.ts).
   const signOut = accountSignOut(clock)
-  const lifecycle = new LifecycleService({ db, clock, hasher, tokens, feed, mailQueue, background, limits, brand, signOut, events, resetPasswordUrl: config.resetPasswordUrl })
+  const lifecycle = new LifecycleService({ db, clock, hasher, passwords, tokens, feed, mailQueue, background, limits, brand, signOut, events, resetPasswordUrl: config.resetPasswordUrl })
   const accounts = new AccountService(db, clock, signOut, events, (changes) => feed.applyLocally(changes))
   const email = new EmailSignIn({
     db, clock, sealer, limits, mailQueue, background, brand, sessions, loginCodes, signOut, events,
@@ -258,7 +272,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     signup: config.emailSignup,
   })
   const profile = new ProfileService({
-    db, clock, hasher, limits, mailQueue, lifecycle, brand, events,
+    db, clock, hasher, passwords, limits, mailQueue, lifecycle, brand, events,
     confirmUrl: `${config.publicUrl}/confirm-email-change?token=`,
     cancelUrl: `${config.publicUrl}/cancel-email-change?token=`,
     recentMs: config.mfaStepUpMs,
@@ -280,11 +294,13 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     claims,
     allowLoopbackFetch: !config.production,
   })
-  const dataRights = new DataRights({ db, clock, hasher, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc, apps: provider, mail: mailQueue, organizations })
+  const dataRights = new DataRights({ db, clock, hasher, passwords, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc, apps: provider, mail: mailQueue, organizations })
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
   const roles = new RolesService({ db, clock, events, applyLocally: (changes) => feed.applyLocally(changes) })
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider, roles)
-  return { tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
+  // Moving in: accounts from another system, with their hashes, factors, identities and roles (src/imports/).
+  const imports = new ImportService({ db, clock, sealer, roles, events, providers: new Set(config.oidc.providers.map((p) => p.name)), firebase: config.imports.firebase })
+  return { legacy, imports, tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {
@@ -322,6 +338,7 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     const infra = await startInfrastructure(config, overrides, logger, db, started)
     const domain = await wireDomain(infra, config, overrides, logger)
     // The provider's Back-Channel Logout queue delivers through the provider (loaded when a notice is due).
+    started.push(() => domain.legacy.close())
     domain.provider.logouts.start()
     started.push(() => domain.provider.logouts.stop())
     await domain.webhooks.start()

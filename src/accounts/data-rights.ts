@@ -1,4 +1,5 @@
 import { confirmPassword } from '../auth/confirm-password.ts'
+import type { PasswordCheck } from '../auth/password-check.ts'
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import { users } from '../db/repositories.ts'
@@ -21,6 +22,8 @@ export interface DataRightsDeps {
   db: Db
   clock: Clock
   hasher: PasswordHasher
+  /** Judges a password against any stored credential (src/auth/password-check.ts). */
+  passwords: PasswordCheck
   limits: Limits
   accounts: AccountService
   audit: AuditLog

@@ -1,4 +1,5 @@
 import { confirmPassword } from '../auth/confirm-password.ts'
+import type { PasswordCheck } from '../auth/password-check.ts'
 import type { Background } from '../background.ts'
 import type { Limits } from '../limits/limits.ts'
 import type { Clock } from '../clock.ts'
@@ -23,6 +24,8 @@ export interface LifecycleDeps {
   db: Db
   clock: Clock
   hasher: PasswordHasher
+  /** Judges a password against any stored credential (src/auth/password-check.ts). */
+  passwords: PasswordCheck
   tokens: TokenService
   feed: ChangeFeed
   mailQueue: MailQueue

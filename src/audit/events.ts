@@ -27,6 +27,7 @@ export const AUDIT_TYPES = [
   'password.reset_requested',
   'password.reset',
   'password.changed',
+  'password.rehashed',
   'account.disabled',
   'account.enabled',
   'account.verified',
@@ -101,4 +102,23 @@ export async function recordEvent(
     request_id: event.context.requestId,
     actor: event.context.actor ?? null,
   })
+}
+
+/** The same event for many users at once (an import's batch), in one statement. */
+export async function recordEvents(
+  db: Kysely<Database>,
+  clock: Clock,
+  event: { type: AuditType; userIds: readonly string[]; reason?: string | null; context: RequestContext },
+): Promise<void> {
+  const at = clock.now()
+  await auditStore.insertMany(db, event.userIds.map((userId) => ({
+    at,
+    user_id: userId,
+    type: event.type,
+    reason: event.reason ?? null,
+    ip: event.context.ip,
+    user_agent: event.context.userAgent?.slice(0, 512) ?? null,
+    request_id: event.context.requestId,
+    actor: event.context.actor ?? null,
+  })))
 }

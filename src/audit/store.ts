@@ -34,6 +34,12 @@ export const auditStore = {
     await insertEvent(db, { id: timeOrderedUuid(event.at), ...event })
   },
 
+  /** Many events at once (an import's batch): one statement. */
+  async insertMany(db: Kysely<Database>, events: Omit<AuditEventRow, 'id'>[]): Promise<void> {
+    if (events.length === 0) return
+    await db.insertInto('audit_events').values(events.map((event) => ({ id: timeOrderedUuid(event.at), ...event }))).execute()
+  },
+
   /** Retention: deletes up to `limit` of the oldest events recorded before `before`. */
   async deleteOlderThan(db: Kysely<Database>, before: number, limit: number): Promise<number> {
     const old = db.selectFrom('audit_events').select('id').where('at', '<', before).limit(limit)

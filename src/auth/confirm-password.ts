@@ -4,7 +4,7 @@ import type { Db } from '../db/index.ts'
 import type { UserRow } from '../db/repositories.ts'
 import { AppError } from '../errors.ts'
 import type { Limits } from '../limits/limits.ts'
-import type { PasswordHasher } from './passwords.ts'
+import type { PasswordCheck } from './password-check.ts'
 
 /**
  * The current password a sensitive action asks for (change-password, deletion, a change of
@@ -14,14 +14,14 @@ import type { PasswordHasher } from './passwords.ts'
  * could not judge (503) is taken back, as for a login.
  */
 export async function confirmPassword(
-  deps: { db: Db; clock: Clock; hasher: PasswordHasher; limits: Limits },
+  deps: { db: Db; clock: Clock; passwords: PasswordCheck; limits: Limits },
   user: Pick<UserRow, 'id' | 'email' | 'password_hash'>,
   password: string,
   reason: string,
   context: RequestContext,
 ): Promise<void> {
   await using attempt = await deps.limits.claimLoginAttempt(user.email)
-  if (!(await deps.hasher.verify(user.password_hash, password))) {
+  if (!(await deps.passwords.matches(user, password, context))) {
     attempt.judgedWrong()
     await recordEvent(deps.db.kysely, deps.clock, { type: 'login.failed', userId: user.id, reason, context })
     throw new AppError('INVALID_CREDENTIALS')

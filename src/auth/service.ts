@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import type { PasswordCheck } from './password-check.ts'
 import type { Clock } from '../clock.ts'
 import type { GroupCommit } from '../db/group-commit.ts'
 import { isUniqueViolation, type Db } from '../db/index.ts'
@@ -40,6 +41,8 @@ export interface AuthServiceDeps {
   db: Db
   clock: Clock
   hasher: PasswordHasher
+  /** Judges a password against any stored credential (src/auth/password-check.ts). */
+  passwords: PasswordCheck
   tokens: TokenService
   mailQueue: MailQueue
   background: Background
@@ -232,7 +235,7 @@ export class AuthService {
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', reason: 'unknown_email', context })
       throw new AppError('INVALID_CREDENTIALS')
     }
-    if (!(await this.deps.hasher.verify(user.password_hash, input.password))) {
+    if (!(await this.deps.passwords.matches(user, input.password, context))) {
       attempt.judgedWrong()
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason: 'wrong_password', context })
       throw new AppError('INVALID_CREDENTIALS')
@@ -250,8 +253,6 @@ export class AuthService {
       await recordEvent(this.db, this.deps.clock, { type: 'login.failed', userId: user.id, reason, context })
       throw error
     }
-
-    if (this.deps.hasher.needsRehash(user.password_hash)) await this.upgradeHash(user, input.password)
 
     // Last, after the account's state (docs/mfa.md): never a token without the second factor.
     // The session opens only if no reset or password change committed since the hash was read.
@@ -276,16 +277,6 @@ export class AuthService {
         })
       }
       throw error
-    }
-  }
-
-  /** Rehash-on-login: raising the argon2 parameters upgrades each account at its next login. */
-  private async upgradeHash(user: UserRow, password: string): Promise<void> {
-    try {
-      const next = await this.deps.hasher.hash(password)
-      await users.replacePasswordHash(this.db, user.id, user.password_hash, next, this.deps.clock.now())
-    } catch (error) {
-      this.deps.logger.warn({ err: { message: (error as Error).message }, userId: user.id }, 'password rehash failed')
     }
   }
 

@@ -10,10 +10,13 @@ import { cleanLabel, isUuid } from '../text.ts'
 import type { AccountEvents } from '../webhooks/events.ts'
 import { claimsBytes, claimsChanged, ClaimsSource, MAX_CLAIMS_BYTES, roleChanged } from './claims.ts'
 import { organizationStore } from './org-store.ts'
-import { MAX_METADATA_BYTES, MAX_PERMISSIONS, MAX_USER_ROLES, PERMISSION_PATTERN, ROLE_NAME_PATTERN, words } from './permissions.ts'
+import { MAX_METADATA_BYTES, MAX_PERMISSIONS, MAX_USER_ROLES, PERMISSION_PATTERN, ROLE_NAME_PATTERN, unionOf, words } from './permissions.ts'
 import { roleStore, type RoleHolders, type RoleRow } from './store.ts'
 
 type Executor = Kysely<Database>
+
+/** The roles of the catalogue and each one's permissions. */
+export type RoleCatalogue = ReadonlyMap<string, readonly string[]>
 
 /** A role's description: at most this many characters once trimmed. */
 export const ROLE_DESCRIPTION_MAX = 200
@@ -286,6 +289,41 @@ export class RolesService {
       await recordEvent(trx, this.deps.clock, { type: 'user.roles_changed', userId, context })
       return wanted
     })
+  }
+
+  /** For an import (src/imports/): each role of the catalogue with its permissions, read once a batch. */
+  async catalogue(): Promise<RoleCatalogue> {
+    return new Map((await roleStore.list(this.db)).map((role) => [role.name, words(role.permissions)]))
+  }
+
+  /**
+   * Why a new account cannot hold these roles and this app_metadata (an import's line): a role not
+   * in the catalogue, or claims that would not fit a token (the limits every change here keeps).
+   * Null when it can. An imported account belongs to no organisation, so its global claims are all.
+   */
+  static importProblem(catalogue: RoleCatalogue, roles: readonly string[], appMetadata: string | null): { reason: 'unknown_role' | 'invalid'; message: string } | null {
+    const unknown = roles.filter((role) => !catalogue.has(role))
+    if (unknown.length > 0) return { reason: 'unknown_role', message: `roles not in the catalogue: ${unknown.join(', ')}` }
+    if (roles.length > MAX_USER_ROLES) return { reason: 'invalid', message: `at most ${MAX_USER_ROLES} roles` }
+    const permissions = unionOf(roles, (role) => catalogue.get(role))
+    if (permissions.length > MAX_PERMISSIONS) return { reason: 'invalid', message: `the roles give more than ${MAX_PERMISSIONS} distinct permissions` }
+    const claims = {
+      ...(roles.length > 0 ? { roles: [...roles], ...(permissions.length > 0 ? { permissions } : {}) } : {}),
+      ...(appMetadata !== null ? { app_metadata: JSON.parse(appMetadata) as Record<string, unknown> } : {}),
+    }
+    if (claimsBytes(claims) > MAX_CLAIMS_BYTES) return { reason: 'invalid', message: 'roles and app_metadata would make the access tokens too large' }
+    return null
+  }
+
+  /**
+   * Gives accounts an import has just made their roles, in the import's transaction. They hold no
+   * token yet, so no claims version moves and no webhook says a role changed; importProblem has
+   * checked every line against the catalogue read for the batch.
+   */
+  async assignImported(trx: Executor, grants: readonly { userId: string; roles: readonly string[] }[]): Promise<void> {
+    const now = this.deps.clock.now()
+    const rows = grants.flatMap(({ userId, roles }) => roles.map((role) => ({ user_id: userId, role, created_at: now })))
+    for (let at = 0; at < rows.length; at += 1000) await roleStore.insertUserRoles(trx, rows.slice(at, at + 1000))
   }
 
   /** Sets (an object of at most 2 KB serialised) or clears (null) the operators' app_metadata; it is in every token of the user. */

@@ -190,6 +190,10 @@ export const roleStore = {
     if (roles.length > 0) await db.insertInto('user_roles').values(roles.map((role) => ({ user_id: userId, role, created_at: now }))).execute()
   },
 
+  async insertUserRoles(db: Executor, rows: { user_id: string; role: string; created_at: number }[]): Promise<void> {
+    if (rows.length > 0) await db.insertInto('user_roles').values(rows).execute()
+  },
+
   async setMembershipRoles(db: Executor, organizationId: string, userId: string, roles: string): Promise<void> {
     await db.updateTable('memberships').set({ roles }).where('organization_id', '=', organizationId).where('user_id', '=', userId).execute()
   },

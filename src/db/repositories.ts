@@ -1,4 +1,4 @@
-import { CompiledQuery, sql, type ExpressionBuilder, type Kysely, type Selectable } from 'kysely'
+import { CompiledQuery, sql, type ExpressionBuilder, type Insertable, type Kysely, type Selectable } from 'kysely'
 import { randomUUID } from 'node:crypto'
 import { proofStands } from '../auth/pending-proofs.ts'
 import { ReadBatch } from './batch.ts'
@@ -93,6 +93,31 @@ export const users = {
     await db.insertInto('users').values(row).execute()
   },
 
+  /**
+   * Many new accounts at once (an import's batch), one statement per thousand: the ids of those
+   * inserted. A row whose address or id was taken meanwhile is left out, never overwritten.
+   */
+  async insertNew(db: Executor, rows: Insertable<UsersTable>[]): Promise<Set<string>> {
+    const inserted = new Set<string>()
+    for (let at = 0; at < rows.length; at += 1000) {
+      const done = await db.insertInto('users').values(rows.slice(at, at + 1000)).onConflict((conflict) => conflict.doNothing()).returning('id').execute()
+      for (const row of done) inserted.add(row.id)
+    }
+    return inserted
+  },
+
+  /** Which of these addresses and ids are taken (an import's check). */
+  async taken(db: Executor, emails: readonly string[], ids: readonly string[]): Promise<{ emails: Set<string>; ids: Set<string> }> {
+    const found = { emails: new Set<string>(), ids: new Set<string>() }
+    for (let at = 0; at < emails.length; at += 1000) {
+      for (const row of await db.selectFrom('users').select('email').where('email', 'in', emails.slice(at, at + 1000)).execute()) found.emails.add(row.email)
+    }
+    for (let at = 0; at < ids.length; at += 1000) {
+      for (const row of await db.selectFrom('users').select('id').where('id', 'in', ids.slice(at, at + 1000)).execute()) found.ids.add(row.id)
+    }
+    return found
+  },
+
   async findByEmail(db: Executor, email: string): Promise<UserRow | null> {
     return (await db.selectFrom('users').selectAll().where('email', '=', email).executeTakeFirst()) ?? null
   },
@@ -167,13 +192,15 @@ export const users = {
   },
 
   /** Replaces the hash only if it is still the one the caller read, so a concurrent password change wins. */
-  async replacePasswordHash(db: Executor, id: string, previousHash: string, nextHash: string, at: number): Promise<void> {
-    await db
+  /** Replaces the hash only if it is still `previousHash`; false when something else replaced it first. */
+  async replacePasswordHash(db: Executor, id: string, previousHash: string, nextHash: string, at: number): Promise<boolean> {
+    const result = await db
       .updateTable('users')
       .set({ password_hash: nextHash, updated_at: at })
       .where('id', '=', id)
       .where('password_hash', '=', previousHash)
-      .execute()
+      .executeTakeFirst()
+    return result.numUpdatedRows > 0n
   },
 }
 

@@ -672,6 +672,25 @@ export async function rewrapTotpSecrets(trx: Db['kysely'], from: KeySealer, to: 
 }
 
 /**
+ * An import's TOTP secrets (src/imports/): each becomes a confirmed factor of its new account,
+ * sealed under KEY_ENCRYPTION_KEY and bound to its row like an enrolled one. No recovery codes come
+ * with it: the user makes them from their settings.
+ */
+export async function importTotpFactors(trx: Db['kysely'], sealer: KeySealer, rows: readonly { userId: string; secret: string }[], now: number): Promise<void> {
+  const factorRows: FactorRow[] = rows.map(({ userId, secret }) => {
+    const id = randomUUID()
+    return {
+      id, user_id: userId, type: 'totp', name: 'Authenticator app',
+      secret: sealer.seal(secret, secretAad(id)),
+      last_step: null, credential_epoch: 0, session_id: null,
+      created_at: now, confirmed_at: now, last_used_at: null,
+      ...NOT_A_PASSKEY,
+    }
+  })
+  await factors.insertMany(trx, factorRows)
+}
+
+/**
  * An operator's reset (docs/admin.md): every factor, recovery code and pending mfa_token of the account
  * goes, inside the caller's transaction (which also revokes every session), and the user is told
  * through the durable mail queue. Shared by the admin API and the CLI, which has no running queue

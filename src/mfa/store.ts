@@ -16,6 +16,10 @@ export const factors = {
     await db.insertInto('mfa_factors').values(row).execute()
   },
 
+  async insertMany(db: Executor, rows: FactorRow[]): Promise<void> {
+    for (let at = 0; at < rows.length; at += 500) await db.insertInto('mfa_factors').values(rows.slice(at, at + 500)).execute()
+  },
+
   async listConfirmed(db: Executor, userId: string): Promise<FactorRow[]> {
     return db.selectFrom('mfa_factors').selectAll().where('user_id', '=', userId).where('confirmed_at', 'is not', null).orderBy('created_at').orderBy('id').execute()
   },

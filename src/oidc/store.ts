@@ -12,6 +12,22 @@ export const identities = {
     return (await db.selectFrom('user_identities').selectAll().where('provider', '=', provider).where('subject', '=', subject).executeTakeFirst()) ?? null
   },
 
+  /** Which of these (provider, subject) pairs are linked already, as `provider subject`: an import's check. */
+  async linked(db: Executor, pairs: readonly { provider: string; subject: string }[]): Promise<Set<string>> {
+    const found = new Set<string>()
+    for (let at = 0; at < pairs.length; at += 500) {
+      const chunk = pairs.slice(at, at + 500)
+      const rows = await db.selectFrom('user_identities').select(['provider', 'subject']).where('subject', 'in', chunk.map((p) => p.subject)).execute()
+      const wanted = new Set(chunk.map((p) => `${p.provider} ${p.subject}`))
+      for (const row of rows) if (wanted.has(`${row.provider} ${row.subject}`)) found.add(`${row.provider} ${row.subject}`)
+    }
+    return found
+  },
+
+  async insertMany(db: Executor, rows: IdentityRow[]): Promise<void> {
+    for (let at = 0; at < rows.length; at += 1000) await db.insertInto('user_identities').values(rows.slice(at, at + 1000)).execute()
+  },
+
   async existsFor(db: Executor, userId: string): Promise<boolean> {
     return (await db.selectFrom('user_identities').select('id').where('user_id', '=', userId).limit(1).executeTakeFirst()) !== undefined
   },

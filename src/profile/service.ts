@@ -1,4 +1,5 @@
 import { confirmPassword } from '../auth/confirm-password.ts'
+import type { PasswordCheck } from '../auth/password-check.ts'
 import { randomBytes } from 'node:crypto'
 import type { LifecycleService } from '../accounts/lifecycle.ts'
 import { recordEvent, type RequestContext } from '../audit/events.ts'
@@ -23,6 +24,8 @@ export interface ProfileDeps {
   db: Db
   clock: Clock
   hasher: PasswordHasher
+  /** Judges a password against any stored credential (src/auth/password-check.ts). */
+  passwords: PasswordCheck
   limits: Limits
   mailQueue: MailQueue
   /** Ends the other sessions, in the change's transaction; a cancelled change ends the session that asked. */

@@ -34,6 +34,7 @@ export type ErrorCode =
   | 'RATE_LIMITED'
   | 'INTERNAL_ERROR'
   | 'SERVICE_UNAVAILABLE'
+  | 'LEGACY_UNAVAILABLE'
 
 export type RegisterInput = {
   /** Trimmed, NFC-normalised and lower-cased before use */
