@@ -208,6 +208,23 @@ for (const engine of ENGINES) {
       assert.deepEqual(claims.app_metadata, { plan: 'pro' })
       const view = (await t.call('GET', `/admin/users/${userId}`, key)).json().data.user
       assert.equal(view.created_at, '2021-03-04T05:06:07.000Z')
+      const stored = await t.app.services.db.kysely.selectFrom('mfa_factors').select(['secret', 'confirmed_at']).where('user_id', '=', userId).executeTakeFirstOrThrow()
+      assert.ok(stored.confirmed_at !== null, 'a confirmed factor')
+      assert.ok(!stored.secret!.toUpperCase().includes(secret), 'the secret is sealed')
+    })
+
+    test('user.created webhook events are written only when the import asks for them', async () => {
+      await t.app.services.webhooks.create({ url: 'http://127.0.0.1:9/hooks', events: ['user.created'] })
+      const deliveriesFor = async (email: string) => {
+        const user = await t.app.services.db.kysely.selectFrom('users').select('id').where('email', '=', email).executeTakeFirstOrThrow()
+        return (await t.app.services.db.kysely.selectFrom('webhook_deliveries').select('type').where('user_id', '=', user.id).execute()).map((row) => row.type)
+      }
+      const quiet = uniqueEmail('quiet')
+      const loud = uniqueEmail('loud')
+      await importUsers([{ email: quiet }])
+      await importUsers([{ email: loud }], { events: true })
+      assert.deepEqual(await deliveriesFor(quiet), [])
+      assert.deepEqual(await deliveriesFor(loud), ['user.created'])
     })
 
     test('lazy migration: only a legacy account asks the old system, with the secret; a yes signs in and stores argon2id, after which it never asks again; a no is INVALID_CREDENTIALS', async () => {
@@ -247,10 +264,16 @@ for (const engine of ENGINES) {
           assert.equal(down.json().error.code, 'LEGACY_UNAVAILABLE')
         }
         assert.equal((await login(other, 'unaffected password')).statusCode, 200, 'other accounts sign in')
+        // No answer at all: given up after 5 s.
+        old.failure = 'hang'
+        const started = Date.now()
+        const silent = await login(email, 'still the old one')
+        assert.equal(silent.json().error?.code, 'LEGACY_UNAVAILABLE', silent.body)
+        assert.ok(Date.now() - started >= 4900, 'waited for the timeout')
       } finally {
         old.failure = null
       }
-      // Twelve unjudged attempts: none counted, so no delay stands in the way now.
+      // Thirteen unjudged attempts: none counted, so no delay stands in the way now.
       assert.equal((await login(email, 'still the old one')).statusCode, 200)
     })
 

@@ -86,4 +86,16 @@ describe('config', () => {
     assert.deepEqual(ok.trustProxy, ['10.0.0.0/8', 'loopback'])
     assert.equal(ok.audience, 'https://auth.example/v1')
   })
+
+  test('moving in: Firebase\'s parameters and the legacy system come in pairs; the legacy system only over https in production', () => {
+    assert.throws(() => loadConfig({ FIREBASE_HASH_KEY: 'abcd' }), /FIREBASE_SALT_SEPARATOR must be set with the other/)
+    assert.throws(() => loadConfig({ LEGACY_VERIFY_URL: 'https://old.example/verify' }), /LEGACY_VERIFY_SECRET must be set with the other/)
+    const firebase = loadConfig({ FIREBASE_HASH_KEY: 'abcd', FIREBASE_SALT_SEPARATOR: 'Bw==' }).imports.firebase!
+    assert.deepEqual([firebase.saltSeparator, firebase.rounds, firebase.memCost], [Buffer.from([7]), 8, 14])
+    assert.throws(() => loadConfig({ FIREBASE_HASH_KEY: 'abcd', FIREBASE_SALT_SEPARATOR: 'Bw==', FIREBASE_MEM_COST: '15' }), /FIREBASE_MEM_COST must be a whole number from 1 to 14/)
+    const production = { NODE_ENV: 'production', TRUST_PROXY: 'loopback', SMTP_URL: 'smtp://relay:25', PUBLIC_URL: 'https://auth.example/', KEY_ENCRYPTION_KEY: Buffer.alloc(32, 7).toString('base64'), LEGACY_VERIFY_SECRET: 's'.repeat(20) }
+    assert.throws(() => loadConfig({ ...production, LEGACY_VERIFY_URL: 'http://old.example/verify' }), /LEGACY_VERIFY_URL must be an https:\/\/ URL in production/)
+    assert.equal(loadConfig({ ...production, LEGACY_VERIFY_URL: 'https://old.example/verify' }).imports.legacy?.url, 'https://old.example/verify')
+    assert.equal(loadConfig({ LEGACY_VERIFY_URL: 'http://127.0.0.1:9/verify', LEGACY_VERIFY_SECRET: 's'.repeat(20) }).imports.legacy?.url, 'http://127.0.0.1:9/verify')
+  })
 })
