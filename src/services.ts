@@ -55,6 +55,7 @@ import { WatchlistService } from './watchlists/service.ts'
 import { withImportedFormats } from './imports/formats.ts'
 import { LegacyVerifier } from './imports/legacy.ts'
 import { ImportService } from './imports/service.ts'
+import { ImportedHashSample } from './imports/timing.ts'
 import { PasswordCheck } from './auth/password-check.ts'
 
 /**
@@ -125,6 +126,8 @@ export interface AppServices {
   imports: ImportService
   /** Lazy migration's questions to the old system (src/imports/legacy.ts). */
   legacy: LegacyVerifier
+  /** The imported hash every password check spends while one is left (src/imports/timing.ts). */
+  importedHashes: ImportedHashSample
   watchlists: WatchlistService
   feed: ChangeFeed
   gate: SessionGate
@@ -194,13 +197,18 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
   await identityProviders.start()
   started.push(() => identityProviders.stop())
   const dropped = metrics.counter({ name: 'portcullis_background_tasks_dropped_total', help: 'Work after an answer (mail, audit of refusals) dropped because too many such tasks were pending, by task.', labelNames: ['task'] as const })
+  // While accounts are still on imported hashes, every password check spends one of those too (src/imports/timing.ts).
+  const importedHashes = new ImportedHashSample(db, logger)
+  await importedHashes.start()
+  started.push(() => importedHashes.stop())
   const background = new Background(logger, { onDropped: (task) => dropped.inc({ task }) })
   metrics.gauge({ name: 'portcullis_background_tasks', help: 'Work after an answer (mail, audit of refusals) pending on this instance.', read: () => background.size() })
   return {
     db, clock, sealer, keys, metrics, mailQueue, retention, commits, feed, gate, identityProviders, background,
     limits: new Limits(store, clock, config.limits),
     // Every password check goes through one hasher that knows the imported formats too (src/imports/formats.ts).
-    hasher: boundedHasher(withImportedFormats(overrides.hasher ?? createArgon2Hasher(), config.imports.firebase), config.hashing),
+    hasher: boundedHasher(withImportedFormats(overrides.hasher ?? createArgon2Hasher(), config.imports.firebase, () => importedHashes.current()), config.hashing),
+    importedHashes,
   }
 }
 
@@ -299,7 +307,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const roles = new RolesService({ db, clock, events, applyLocally: (changes) => feed.applyLocally(changes) })
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider, roles)
   // Moving in: accounts from another system, with their hashes, factors, identities and roles (src/imports/).
-  const imports = new ImportService({ db, clock, sealer, roles, events, providers: new Set(config.oidc.providers.map((p) => p.name)), firebase: config.imports.firebase })
+  const imports = new ImportService({ db, clock, sealer, roles, events, importedHashes: infra.importedHashes, providers: new Set(config.oidc.providers.map((p) => p.name)), firebase: config.imports.firebase })
   return { legacy, imports, tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 

@@ -26,6 +26,7 @@ import * as m0018 from './migrations/0018_webhooks.ts'
 import * as m0019 from './migrations/0019_pending_proofs.ts'
 import * as m0020 from './migrations/0020_mail_subjects.ts'
 import * as m0021 from './migrations/0021_authorization.ts'
+import * as m0022 from './migrations/0022_imported_hashes.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -223,6 +224,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0019_pending_proofs': m0019,
     '0020_mail_subjects': m0020,
     '0021_authorization': m0021,
+    '0022_imported_hashes': m0022,
   }
 }
 

@@ -106,6 +106,16 @@ export const users = {
     return inserted
   },
 
+  /**
+   * One password hash of an account still on an imported one (lazy migration's marker aside), or
+   * null when none is left: found through users_imported_hash_idx (migration 0022), whose
+   * condition this repeats.
+   */
+  async anImportedHash(db: Executor): Promise<string | null> {
+    const row = await db.selectFrom('users').select('password_hash').where(sql<boolean>`password_hash not like '$argon2id$%' and password_hash not like '!%'`).limit(1).executeTakeFirst()
+    return row?.password_hash ?? null
+  },
+
   /** Which of these addresses and ids are taken (an import's check). */
   async taken(db: Executor, emails: readonly string[], ids: readonly string[]): Promise<{ emails: Set<string>; ids: Set<string> }> {
     const found = { emails: new Set<string>(), ids: new Set<string>() }

@@ -1,4 +1,4 @@
-import { createCipheriv, pbkdf2, scrypt, timingSafeEqual, type BinaryLike, type ScryptOptions } from 'node:crypto'
+import { createCipheriv, pbkdf2, randomBytes, scrypt, timingSafeEqual, type BinaryLike, type ScryptOptions } from 'node:crypto'
 import { promisify } from 'node:util'
 import { verify as bcryptVerify } from '@node-rs/bcrypt'
 import { verify as argon2Verify } from '@node-rs/argon2'
@@ -284,20 +284,39 @@ export function firebaseParamsProblem(params: FirebaseParams): string | null {
  * today's parameters, an account without a password and a legacy account (whose check is the old
  * system's, src/imports/legacy.ts) go to `inner`; anything else is checked here with the parameters
  * it carries, within the limits (an argon2 hash at other parameters too: an older release's or an
- * imported one). A wrong password for such a hash also spends one argon2id check, so an imported
- * account's wrong password never answers sooner than an unknown address's, which spends exactly
- * that; a right one is rehashed by the login (`needsRehash`), which spends the argon2id there.
+ * imported one). The work is the same whatever the address (docs/migrating.md, "Timing and
+ * enumeration"): a wrong password for an imported hash also spends one argon2id check (a right one
+ * is rehashed by the login, which spends that argon2id), and while `sample` gives an imported hash,
+ * every other check (today's argon2id, an account without a password, an unknown address) also
+ * spends a check of it (src/imports/timing.ts).
  */
-export function withImportedFormats(inner: PasswordHasher, firebase: FirebaseParams | null): PasswordHasher {
+export function withImportedFormats(inner: PasswordHasher, firebase: FirebaseParams | null, sample: () => string | null = () => null): PasswordHasher {
   const own = (stored: string) => stored === '!' || stored === LEGACY_PASSWORD || !inner.needsRehash(stored)
+  const check = async (stored: string, password: string) => {
+    const parsed = parseStored(stored)
+    return isRefused(parsed) ? false : parsed.check(password, firebase).catch(() => false)
+  }
+  /** One check of the sample against a password no one has: the imported accounts' cost. */
+  const spendSample = async () => {
+    const hash = sample()
+    if (hash !== null) await check(hash, randomBytes(24).toString('base64url'))
+  }
   return {
     hash: (password) => inner.hash(password),
-    verifyDummy: (password) => inner.verifyDummy(password),
+    async verifyDummy(password) {
+      await inner.verifyDummy(password)
+      await spendSample()
+      return false
+    },
     needsRehash: (stored) => !own(stored),
     async verify(stored, password) {
-      if (own(stored)) return inner.verify(stored, password)
-      const parsed = parseStored(stored)
-      const right = isRefused(parsed) ? false : await parsed.check(password, firebase).catch(() => false)
+      if (own(stored)) {
+        const right = await inner.verify(stored, password)
+        // Lazy migration's accounts ask the old system instead (src/auth/password-check.ts).
+        if (stored !== LEGACY_PASSWORD) await spendSample()
+        return right
+      }
+      const right = await check(stored, password)
       if (!right) await inner.verifyDummy(password)
       return right
     },

@@ -7,7 +7,8 @@ import { users, type UserRow } from '../db/repositories.ts'
 import { importTotpFactors } from '../mfa/service.ts'
 import { identities } from '../oidc/store.ts'
 import type { AccountEvents } from '../webhooks/events.ts'
-import type { FirebaseParams } from './formats.ts'
+import { importedFormat, type FirebaseParams } from './formats.ts'
+import type { ImportedHashSample } from './timing.ts'
 import { checkLine, reportedEmail, type ImportedUser, type SkipReason } from './lines.ts'
 
 /** Lines one call takes: the admin API's limit, and the CLI's batch (one transaction each). */
@@ -41,6 +42,8 @@ export interface ImportDeps {
   firebase: FirebaseParams | null
   /** The webhooks' outbox: `user.created` for each account, only when the caller asks. */
   events: AccountEvents
+  /** This instance's sample of imported hashes (src/imports/timing.ts): told at once of a new one. The CLI has none. */
+  importedHashes?: ImportedHashSample
 }
 
 export interface ImportOptions {
@@ -124,6 +127,8 @@ export class ImportService {
       }
       return made.length
     })
+    const sample = fresh.find((entry) => importedFormat(entry.user.passwordHash) !== null && importedFormat(entry.user.passwordHash) !== 'legacy')
+    if (imported > 0 && sample) this.deps.importedHashes?.offer(sample.user.passwordHash)
     return { imported, skipped: sortedByIndex(skipped) }
   }
 }
