@@ -14,6 +14,7 @@ import { runCli } from '../../src/cli.ts'
 import { ENGINES } from '../helpers/db.ts'
 import { startTestApp, uniqueEmail, type TestApp } from '../helpers/app.ts'
 import { oathtool } from '../helpers/totp.ts'
+import { LogCapture } from '../helpers/logs.ts'
 
 /**
  * Moving in (docs/migrating.md): accounts imported through the admin API and the CLI sign in with
@@ -92,9 +93,10 @@ for (const engine of ENGINES) {
     let t: TestApp
     let key: string
     const old = new OldSystem()
+    const logs = new LogCapture()
     before(async () => {
       const url = await old.start()
-      t = await startTestApp(engine, { env: { ...FIREBASE_ENV, LEGACY_VERIFY_URL: url, LEGACY_VERIFY_SECRET: LEGACY_SECRET } })
+      t = await startTestApp(engine, { env: { ...FIREBASE_ENV, LEGACY_VERIFY_URL: url, LEGACY_VERIFY_SECRET: LEGACY_SECRET, LOG_LEVEL: 'info' }, overrides: { logStream: logs } })
       key = (await t.app.services.apiKeys.create({ name: 'import', scopes: ['users:read', 'users:write', 'audit:read'], expiresAt: null })).key
     })
     after(async () => {
@@ -162,6 +164,10 @@ for (const engine of ENGINES) {
       ])
       assert.equal(data.skipped[0].email, lines[1]!.email)
       for (const line of lines) if (typeof line.password_hash === 'string') assert.ok(!first.body.includes(line.password_hash), 'no hash in the answer')
+
+      const logged = logs.lines.join('\n')
+      assert.ok(logged.includes('/admin/users/import'), 'the log is read')
+      for (const line of lines) if (typeof line.password_hash === 'string') assert.ok(!logged.includes(line.password_hash), 'no hash in the log')
 
       const again = await importUsers(lines)
       assert.equal(again.json().data.imported, 0, 'idempotent')
@@ -275,6 +281,19 @@ for (const engine of ENGINES) {
       }
       // Thirteen unjudged attempts: none counted, so no delay stands in the way now.
       assert.equal((await login(email, 'still the old one')).statusCode, 200)
+    })
+
+    test('an imported account keeps the login order: the password first, then the account\'s state (disabled, unverified) only to its owner', async () => {
+      const disabled = uniqueEmail('imported-disabled')
+      const unverified = uniqueEmail('imported-unverified')
+      const hash = bcrypt.hashSync('state comes second', 4)
+      await importUsers([{ email: disabled, email_verified: true, disabled: true, password_hash: hash }, { email: unverified, password_hash: hash }])
+      for (const email of [disabled, unverified]) {
+        const wrong = await login(email, 'not the password at all')
+        assert.equal(wrong.json().error.code, 'INVALID_CREDENTIALS', 'a wrong password learns nothing')
+      }
+      assert.equal((await login(disabled, 'state comes second')).json().error.code, 'ACCOUNT_DISABLED')
+      assert.equal((await login(unverified, 'state comes second')).json().error.code, 'EMAIL_NOT_VERIFIED')
     })
 
     test('an imported account keeps every login rule: past ten wrong passwords it waits, even with the right one', async () => {

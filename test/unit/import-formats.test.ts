@@ -159,3 +159,12 @@ describe('lazy migration\'s connection', () => {
     }
   })
 })
+
+describe('the import\'s progress line', () => {
+  test('shows the lines, the rate and, with the file\'s size, the share read and the time left', async () => {
+    const { progressLine } = await import('../../src/imports/run.ts')
+    const totals = { lines: 250_000, imported: 249_000, present: 500, refused: 500 }
+    assert.equal(progressLine(totals, 50_000, null), '250,000 lines, 249,000 imported, 5,000/s')
+    assert.equal(progressLine(totals, 50_000, { bytes: 25, size: 100 }), '[######..................] 25% 250,000 lines, 249,000 imported, 5,000/s, about 2m30s left')
+  })
+})
