@@ -28,6 +28,7 @@ import { profilePageRoutes, protectedProfileRoutes } from './profile/routes.ts'
 import { webhookAdminRoutes } from './webhooks/routes.ts'
 import { advertiseResourceMetadata, resourceMetadataUrl } from './provider/resource.ts'
 import { protectedProviderRoutes, providerRoutes } from './provider/routes.ts'
+import { resourceAdminRoutes } from './provider/resources-routes.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
 import { watchlistRoutes } from './watchlists/routes.ts'
 
@@ -242,6 +243,8 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       await api.register(organizationAdminRoutes, { organizations: services.organizations, apiKeys, limits })
       // The roles catalogue, users' global roles and app_metadata (src/authz/).
       await api.register(roleAdminRoutes, { roles: services.roles, admin, apiKeys, limits })
+      // The APIs registered as resources of the OpenID provider (src/provider/resources.ts).
+      await api.register(resourceAdminRoutes, { resources: services.resources, apiKeys, limits })
       // Moving in: accounts imported from another system (src/imports/).
       await api.register(importAdminRoutes, { imports: services.imports, apiKeys, limits })
     },

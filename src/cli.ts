@@ -19,6 +19,7 @@ import { rewrapMail } from './mail/queue.ts'
 import { resetSecondFactors, rewrapTotpSecrets } from './mfa/service.ts'
 import { ClientRegistry, rewrapClientSecrets } from './provider/clients.ts'
 import { DEVICE_CODE_GRANT, type ClientCreate } from './provider/schemas.ts'
+import { ResourceRegistry } from './provider/resources.ts'
 import { accountSignOut } from './services.ts'
 import { isUuid } from './text.ts'
 import { convertedLines, SOURCES, type Source } from './imports/converters.ts'
@@ -177,6 +178,12 @@ async function apiKeysOf(config: Config, db: Db, context: Context): Promise<ApiK
 function clientRegistry(context: Context, run: (clients: ClientRegistry) => Promise<number>): Promise<number> {
   const config = loadConfig(context.env)
   return withDatabase(config, context.io, async (db) => run(new ClientRegistry({ db, clock: context.clock, sealer: await sealerFor(config, db, context.io) })))
+}
+
+/** The registered resources on the server's database (src/provider/resources.ts). */
+function resourceRegistry(context: Context, run: (resources: ResourceRegistry) => Promise<number>): Promise<number> {
+  const config = loadConfig(context.env)
+  return withDatabase(config, context.io, (db) => run(new ResourceRegistry({ db, clock: context.clock, builtIn: config.audience, production: config.production })))
 }
 
 /** The database the server uses, with the account operations on it. */
@@ -631,6 +638,52 @@ const commands: Command[] = [
       clientRegistry(context, async (clients) => {
         const { client_id } = await clients.remove(context.positionals[0]!)
         context.io.out(`client ${client_id}: removed, with its grants and tokens`)
+        return 0
+      }),
+  },
+  {
+    name: 'resources add',
+    args: 'URI --name NAME [--scope NAME=DESCRIPTION ...]',
+    summary: 'register an API or MCP server as a resource: tokens asked for with resource=URI have it as audience and only its scopes',
+    help: ['--scope is repeatable: the scope\'s name, =, and what it lets an app do (the consent page shows it).'],
+    options: { name: { type: 'string' }, scope: { type: 'string', multiple: true } },
+    positionals: 1,
+    run: (context) => {
+      const name = context.values.name
+      if (typeof name !== 'string') throw new UsageError('--name is required', usageOf('resources add'))
+      const scopes = (Array.isArray(context.values.scope) ? context.values.scope : []).map((item) => {
+        const at = item.indexOf('=')
+        if (at <= 0) throw new UsageError(`--scope ${item}: give NAME=DESCRIPTION`, usageOf('resources add'))
+        return { name: item.slice(0, at), description: item.slice(at + 1) }
+      })
+      return resourceRegistry(context, async (resources) => {
+        const resource = await resources.create({ uri: context.positionals[0]!, name, scopes })
+        context.io.out(`resource ${resource.id}: ${resource.uri} (${resource.scopes.map((scope) => scope.name).join(' ') || 'no scopes'})`)
+        return 0
+      })
+    },
+  },
+  {
+    name: 'resources list',
+    args: '[--json]',
+    summary: 'list the registered resources: id, URI, name, scopes',
+    help: [JSON_HELP],
+    options: JSON_OPTION,
+    run: (context) =>
+      resourceRegistry(context, async (resources) => {
+        const list = (await resources.list()).map((resource) => ({ ...resource, scopes: context.values.json ? resource.scopes : resource.scopes.map((scope) => scope.name).join(' ') }))
+        printList(context, list, ['id', 'uri', 'name', 'scopes'])
+        return 0
+      }),
+  },
+  {
+    name: 'resources remove',
+    args: 'ID',
+    summary: 'remove a registered resource: no new token for it (those issued live out their 15 minutes)',
+    positionals: 1,
+    run: (context) =>
+      resourceRegistry(context, async (resources) => {
+        context.io.out(`resource ${(await resources.remove(context.positionals[0]!)).id}: removed`)
         return 0
       }),
   },

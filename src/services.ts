@@ -46,6 +46,7 @@ import { libraryPages } from './pages/provider.ts'
 import { ResourceTokens } from './provider/resource.ts'
 import { endProviderGrants, endProviderSessions } from './provider/logouts.ts'
 import { ProviderService } from './provider/service.ts'
+import { ResourceRegistry } from './provider/resources.ts'
 import { ProfileService } from './profile/service.ts'
 import type { Resolve } from './webhooks/sender.ts'
 import { WebhookService } from './webhooks/service.ts'
@@ -122,6 +123,8 @@ export interface AppServices {
   provider: ProviderService
   /** The watchlists API's view of the provider's access tokens (src/provider/resource.ts). */
   resourceTokens: ResourceTokens
+  /** The APIs registered as resources of the provider (src/provider/resources.ts). */
+  resources: ResourceRegistry
   /** Moving in: imports of accounts from other systems (src/imports/). */
   imports: ImportService
   /** Lazy migration's questions to the old system (src/imports/legacy.ts). */
@@ -289,8 +292,10 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const invitations = new InvitationService({ db, clock, mailQueue, brand, organizations, acceptUrl: `${config.publicUrl}/accept-invitation?token=` })
   const clients = new ClientRegistry({ db, clock, sealer })
   const resourceTokens = new ResourceTokens({ db, keys: infra.keys, gate, clock, sessions, issuer: config.provider.issuer, resource: config.audience })
+  // The APIs operators register as resources of the provider, besides the built-in one (src/provider/resources.ts).
+  const resources = new ResourceRegistry({ db, clock, builtIn: config.audience, production: config.production })
   const provider = new ProviderService({
-    db, clock, sealer, clients, logger, events,
+    db, clock, sealer, clients, logger, events, resources,
     keys: infra.keys,
     hmacKey: await sealedSecret(db, sealer, 'op_hmac', clock.now()),
     cookieKey: await sealedSecret(db, sealer, 'op_cookie_key', clock.now()),
@@ -308,7 +313,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider, roles)
   // Moving in: accounts from another system, with their hashes, factors, identities and roles (src/imports/).
   const imports = new ImportService({ db, clock, sealer, roles, events, importedHashes: infra.importedHashes, providers: new Set(config.oidc.providers.map((p) => p.name)), firebase: config.imports.firebase })
-  return { legacy, imports, tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
+  return { legacy, imports, resources, tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {

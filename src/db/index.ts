@@ -27,6 +27,7 @@ import * as m0019 from './migrations/0019_pending_proofs.ts'
 import * as m0020 from './migrations/0020_mail_subjects.ts'
 import * as m0021 from './migrations/0021_authorization.ts'
 import * as m0022 from './migrations/0022_imported_hashes.ts'
+import * as m0023 from './migrations/0023_resources.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -225,6 +226,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0020_mail_subjects': m0020,
     '0021_authorization': m0021,
     '0022_imported_hashes': m0022,
+    '0023_resources': m0023,
   }
 }
 

@@ -416,6 +416,16 @@ export interface RolesTable {
   updated_at: number
 }
 
+/** An API registered as a resource of the provider (migration 0023); `scopes` a JSON array of {name, description}. */
+export interface ResourcesTable {
+  id: string
+  uri: string
+  name: string
+  scopes: string
+  created_at: number
+  updated_at: number
+}
+
 export interface UserRolesTable {
   user_id: string
   role: string
@@ -474,6 +484,7 @@ export interface Database {
   login_codes: LoginCodesTable
   op_clients: OpClientsTable
   op_records: OpRecordsTable
+  resources: ResourcesTable
   op_logout_deliveries: OpLogoutDeliveriesTable
   email_sign_ins: EmailSignInsTable
   email_changes: EmailChangesTable

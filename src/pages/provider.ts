@@ -60,6 +60,13 @@ function passkeyButton(uid: string, label: string, mfaToken?: string): Html {
  * logout, the device flow), all in the style of the mailed-link pages and working without JavaScript.
  */
 
+/** A resource operators registered, as the consent page names it: only the scopes asked for. */
+export interface ConsentResource {
+  name: string
+  host: string
+  scopes: { name: string; description: string }[]
+}
+
 /** What each scope lets an app do, in words (the consent page). */
 const SCOPE_WORDS: Record<string, string> = {
   openid: 'Know who you are when you sign in',
@@ -144,11 +151,17 @@ ${form(`/oauth/interaction/${uid}/mfa`, [code], { mfa_token: mfaToken }, 'Contin
 ${methods.includes('passkey') ? passkeyButton(uid, 'Use a passkey instead', mfaToken) : ''}`)
   },
 
-  consent(brand: PageBrand, uid: string, clientName: string, scopes: string[], accountEmail: string): Html {
+  consent(brand: PageBrand, uid: string, clientName: string, scopes: string[], accountEmail: string, resources: ConsentResource[] = []): Html {
     const items = scopes.filter((scope) => SCOPE_WORDS[scope]).map((scope) => html`<li>${SCOPE_WORDS[scope]!}</li>\n`)
+    // A registered resource (an API or an MCP server) is named with its host, and its scopes in its own words.
+    const elsewhere = resources.map((resource) => html`<p>On <strong>${resource.name}</strong> (${resource.host}):</p>
+<ul>
+${resource.scopes.map((scope) => html`<li>${scope.description}</li>\n`)}</ul>
+`)
     return layout(brand, `Allow ${clientName} to use your account?`, html`<p>Signed in as <strong>${accountEmail}</strong>. ${clientName} asks to:</p>
 <ul>
 ${items}</ul>
+${elsewhere}
 <p class="note">You can take this back at any time in your account's list of apps.</p>
 ${form(`/oauth/interaction/${uid}/consent`, [], {}, 'Allow')}
 <form method="post" action="/oauth/interaction/${uid}/abort"><button type="submit" class="secondary">Deny</button></form>`)

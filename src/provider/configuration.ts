@@ -61,6 +61,8 @@ export interface ConfigurationDeps {
     deviceConfirm: (ctx: KoaContextWithOIDC, form: string, clientName: string, userCode: string) => Html
     deviceDone: (ctx: KoaContextWithOIDC) => Html
   }
+  /** A resource operators registered (src/provider/resources.ts): its scopes' names; null for an unknown one. */
+  findResource: (uri: string) => Promise<{ scopes: string[] } | null>
   /** The library's error for a resource it does not know (errors.InvalidTarget). */
   invalidTarget: () => Error
   /** The library's outbound requests (back-channel logout, a client's jwks_uri). */
@@ -163,8 +165,12 @@ export function providerConfiguration(deps: ConfigurationDeps): Configuration {
       const oidc = [...ctx.oidc.requestParamOIDCScopes].join(' ')
       if (oidc) grant.addOIDCScope(oidc)
       const asked = ctx.oidc.params!.scope ? String(ctx.oidc.params!.scope).split(' ') : []
-      const resourceScopes = asked.filter((scope) => (RESOURCE_SCOPES as readonly string[]).includes(scope)).join(' ')
-      for (const resource of Object.keys((ctx.oidc.resourceServers ?? {}) as object)) if (resourceScopes) grant.addResourceScope(resource, resourceScopes)
+      // Each resource's own scopes among those asked (the built-in API's, or a registered resource's).
+      for (const [resource, server] of Object.entries((ctx.oidc.resourceServers ?? {}) as Record<string, { scope?: string }>)) {
+        const offered = new Set((server.scope ?? '').split(' '))
+        const resourceScopes = asked.filter((scope) => offered.has(scope)).join(' ')
+        if (resourceScopes) grant.addResourceScope(resource, resourceScopes)
+      }
       await grant.save()
       return grant
     },
@@ -232,11 +238,14 @@ export function providerConfiguration(deps: ConfigurationDeps): Configuration {
           return ctx.oidc.route === 'authorization' || ctx.oidc.route === 'device_authorization' ? deps.apiResource : undefined
         },
         useGrantedResource: async () => false,
+        // The built-in API, or a resource operators registered; anything else is invalid_target. A
+        // token's audience is the resource itself, exactly as registered, with only its scopes.
         getResourceServerInfo: async (_ctx: Ctx, resource: string) => {
-          if (resource !== deps.apiResource) throw deps.invalidTarget()
+          const scopes = resource === deps.apiResource ? [...RESOURCE_SCOPES] : (await deps.findResource(resource))?.scopes
+          if (!scopes) throw deps.invalidTarget()
           return {
-            scope: RESOURCE_SCOPES.join(' '),
-            audience: deps.apiResource,
+            scope: scopes.join(' '),
+            audience: resource,
             accessTokenTTL: deps.accessTokenTtlSeconds,
             accessTokenFormat: 'jwt',
             jwt: { sign: { alg: 'EdDSA' } },

@@ -26,7 +26,7 @@ import { LIBRARY_PAGE_CSP, providerPageCsp, providerPages } from '../pages/provi
 import { installFormPages, problemPage, type Form } from '../pages/routes.ts'
 import type { PageBrand } from '../pages/views.ts'
 import type { ClientRegistry } from './clients.ts'
-import { RESOURCE_SCOPES, ROUTES } from './configuration.ts'
+import { ROUTES } from './configuration.ts'
 import { AppList, AppParams, AppRevoked } from './schemas.ts'
 import { resourceMetadata } from './resource.ts'
 import type { ProviderService } from './service.ts'
@@ -176,8 +176,20 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
       if (firstParty) return finish(request, reply, { consent: { grantId: await grantFor(interaction) } })
       const email = interaction.session?.accountId ? await provider.emailOf(interaction.session.accountId) : null
       const scopes = String(interaction.params.scope ?? '').split(' ').filter(Boolean)
-      return send(reply, 200, providerPages.consent(brand, interaction.uid, name, scopes, email ?? ''), targets)
+      // A registered resource is named, with what each of its scopes asked for lets the app do there.
+      const resources = []
+      for (const uri of resourcesOf(interaction)) {
+        const described = await provider.describeResource(uri)
+        if (described) resources.push({ name: described.name, host: new URL(described.uri).host, scopes: described.scopes.filter((scope) => scopes.includes(scope.name)) })
+      }
+      return send(reply, 200, providerPages.consent(brand, interaction.uid, name, scopes, email ?? '', resources), targets)
     })
+
+    /** The resources an authorization names (`resource`, once or more). */
+    const resourcesOf = (interaction: Interaction): string[] => {
+      const value = interaction.params.resource
+      return (Array.isArray(value) ? value : value === undefined ? [] : [value]).filter((uri): uri is string => typeof uri === 'string')
+    }
 
     /** The grant the person approves: what the request asked for, within what the client registered. */
     async function grantFor(interaction: Interaction): Promise<string> {
@@ -187,7 +199,10 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
       if (Array.isArray(missing.missingOIDCScope)) grant.addOIDCScope(missing.missingOIDCScope.join(' '))
       if (Array.isArray(missing.missingOIDCClaims)) grant.addOIDCClaims(missing.missingOIDCClaims)
       const resources = (missing.missingResourceScopes ?? {}) as Record<string, string[]>
-      for (const [resource, scopes] of Object.entries(resources)) grant.addResourceScope(resource, scopes.filter((scope) => (RESOURCE_SCOPES as readonly string[]).includes(scope)).join(' '))
+      for (const [resource, scopes] of Object.entries(resources)) {
+        const offered = new Set(await provider.scopesOf(resource))
+        grant.addResourceScope(resource, scopes.filter((scope) => offered.has(scope)).join(' '))
+      }
       return grant.save()
     }
 

@@ -1,3 +1,4 @@
+import type { RegisteredResource, ResourceRegistry } from './resources.ts'
 import { AsyncLocalStorage } from 'node:async_hooks'
 import type { AccountEvents } from '../webhooks/events.ts'
 import { createSecretKey, type KeyObject } from 'node:crypto'
@@ -16,7 +17,7 @@ import { adapterFactory, keyedHash, PortcullisAdapter, revokeGrantIn, successorO
 import type { ResourceTokens } from './resource.ts'
 import { BackchannelLogouts, queueLogoutNotices, type LogoutRow } from './logouts.ts'
 import type { ClientRegistry } from './clients.ts'
-import { providerConfiguration, type ConfigurationDeps } from './configuration.ts'
+import { RESOURCE_SCOPES, providerConfiguration, type ConfigurationDeps } from './configuration.ts'
 import { records } from './store.ts'
 import type { ClaimsSource } from '../authz/claims.ts'
 import { organizationsOf } from '../authz/provider-claims.ts'
@@ -55,6 +56,8 @@ export interface ProviderServiceDeps {
   metrics: Metrics
   /** Judges the JWT access tokens the API accepts; introspection asks it too. */
   resourceTokens: ResourceTokens
+  /** The APIs operators registered as resources (src/provider/resources.ts). */
+  resources: ResourceRegistry
   /** What a user's access tokens claim they may do: the one seam every token issuer asks (src/authz/claims.ts). */
   claims: Pick<ClaimsSource, 'forToken'>
   /**
@@ -139,6 +142,10 @@ export class ProviderService {
       grantReference: (grantId) => this.grantReference(grantId),
       tokenClaims: (accountId) => this.tokenClaims(accountId, library),
       pages: this.deps.pages,
+      findResource: async (uri) => {
+        const found = await this.deps.resources.find(uri)
+        return found && { scopes: found.scopes.map((scope) => scope.name) }
+      },
       invalidTarget: () => new library.errors.InvalidTarget!('this resource is unknown here'),
       fetch: (url, options) => this.fetch(url, options),
       policy,
@@ -155,6 +162,17 @@ export class ProviderService {
     })
     provider.on('server_error', (_ctx: unknown, error: Error) => this.deps.logger.error({ err: { message: error.message } }, 'openid provider error'))
     return { library, provider, callback: provider.callback() }
+  }
+
+  /** The scopes a resource offers: the built-in API's, a registered resource's, none for an unknown one. */
+  async scopesOf(resource: string): Promise<string[]> {
+    if (resource === this.deps.settings.apiResource) return [...RESOURCE_SCOPES]
+    return (await this.deps.resources.find(resource))?.scopes.map((scope) => scope.name) ?? []
+  }
+
+  /** A registered resource as the consent page names it; null for the built-in API (its scopes have words of their own) or an unknown one. */
+  describeResource(resource: string): Promise<RegisteredResource | null> {
+    return resource === this.deps.settings.apiResource ? Promise.resolve(null) : this.deps.resources.find(resource)
   }
 
   /** The library's Client model reads the registry on every find (an operator's change applies at once). */

@@ -243,6 +243,14 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
   await call('PATCH', `${api}/admin/users/{id}`, { params: { id: owner.userId }, token: rolesKey, body: { app_metadata: { plan: 'pro' } } })
   const ownerAgain = await signIn(owner)
   await call('DELETE', `${api}/auth/organizations/{id}/members/{user_id}`, { params: { id: org.id, user_id: invited.userId }, token: ownerAgain.access_token })
+  // A resource registered, read, changed and removed (its lookup is exercised by every provider flow).
+  const { key: resourcesKey } = await t.app.services.apiKeys.create({ name: 'plans-resources', scopes: ['clients:read', 'clients:write'], expiresAt: null })
+  const resource = await call('POST', `${api}/admin/resources`, { token: resourcesKey, status: 201, body: { uri: 'https://plans.example.com/mcp', name: 'Plans MCP', scopes: [{ name: 'tools:read', description: 'Read' }] } })
+  const resourceId = resource.data.resource.id as string
+  await call('GET', `${api}/admin/resources`, { token: resourcesKey })
+  await call('GET', `${api}/admin/resources/{id}`, { params: { id: resourceId }, token: resourcesKey })
+  await call('PATCH', `${api}/admin/resources/{id}`, { params: { id: resourceId }, token: resourcesKey, body: { name: 'Plans MCP server' } })
+  await call('DELETE', `${api}/admin/resources/{id}`, { params: { id: resourceId }, token: resourcesKey })
   // Moving in: an import with roles, app_metadata, a TOTP secret and an identity; the first sign-in rehashes.
   const movedIn = uniqueEmail('plans-moved-in')
   await call('POST', `${api}/admin/users/import`, {
