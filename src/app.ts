@@ -201,6 +201,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     oidcCookie: oidcRoutes,
     email: services.email,
     captcha,
+    registration: services.registration,
   })
   await app.register(
     async (api) => {

@@ -20,6 +20,7 @@ import { resetSecondFactors, rewrapTotpSecrets } from './mfa/service.ts'
 import { ClientRegistry, rewrapClientSecrets } from './provider/clients.ts'
 import { DEVICE_CODE_GRANT, type ClientCreate } from './provider/schemas.ts'
 import { ResourceRegistry } from './provider/resources.ts'
+import { DynamicRegistration } from './provider/registration.ts'
 import { accountSignOut } from './services.ts'
 import { isUuid } from './text.ts'
 import { convertedLines, SOURCES, type Source } from './imports/converters.ts'
@@ -609,14 +610,33 @@ const commands: Command[] = [
   {
     name: 'clients list',
     args: '[--json]',
-    summary: 'list the registered clients: client_id, name, type, first_party (oldest first)',
+    summary: 'list the registered clients: client_id, name, type, first_party, dynamic (oldest first)',
     help: ['--json prints a JSON array of the clients, every field as `clients show` prints them, instead of the table.'],
     options: JSON_OPTION,
     run: (context) =>
       clientRegistry(context, async (clients) => {
-        printList(context, await clients.list(), ['client_id', 'name', 'type', 'first_party'])
+        printList(context, await clients.list(), ['client_id', 'name', 'type', 'first_party', 'dynamic'])
         return 0
       }),
+  },
+  {
+    name: 'clients registration-token',
+    args: '[--expires 24h]',
+    summary: 'make an initial access token for dynamic registration (OP_REGISTRATION=token): printed once, good for one registration',
+    options: { expires: { type: 'string', default: '24h' } },
+    run: (context) => {
+      const lifetime = durationMs(context.values.expires as string)
+      if (lifetime === null) throw new UsageError('--expires must be a duration like 30m, 24h or 7d', usageOf('clients registration-token'))
+      const config = loadConfig(context.env)
+      return withDatabase(config, context.io, async (db) => {
+        const clients = new ClientRegistry({ db, clock: context.clock, sealer: await sealerFor(config, db, context.io) })
+        const { token, expiresAt } = await new DynamicRegistration({ db, clock: context.clock, clients, mode: config.provider.registration }).createToken(lifetime)
+        if (config.provider.registration !== 'token') context.io.err(`portcullis: OP_REGISTRATION is ${config.provider.registration}, so the server does not ask for this token`)
+        context.io.out(token)
+        context.io.err(`portcullis: good for one registration until ${new Date(expiresAt).toISOString()}; shown only now`)
+        return 0
+      })
+    },
   },
   {
     name: 'clients show',

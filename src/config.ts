@@ -37,6 +37,7 @@ const EnvSchema = Type.Object({
   LOGIN_FREE_FAILURES: Type.Integer({ minimum: 1, maximum: 100, default: 10 }),
   LOGIN_MAX_DELAY_SECONDS: Type.Integer({ minimum: 1, maximum: 86_400, default: 900 }),
   RATE_LIMIT_REGISTER_PER_IP: Type.Integer({ minimum: 1, default: 20 }),
+  RATE_LIMIT_CLIENT_REGISTRATION_PER_IP: Type.Integer({ minimum: 1, default: 10 }),
   RATE_LIMIT_MAIL_PER_IP: Type.Integer({ minimum: 1, default: 20 }),
   RATE_LIMIT_MAIL_PER_ADDRESS: Type.Integer({ minimum: 1, default: 5 }),
   RATE_LIMIT_API_KEY_FAILURES_PER_IP: Type.Integer({ minimum: 1, default: 10 }),
@@ -68,7 +69,9 @@ const EnvSchema = Type.Object({
   DOCS: Type.Optional(Type.Union([Type.Literal('on'), Type.Literal('off')])),
   OP_ISSUER: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+/?$' })),
   OP_ACCESS_TOKEN_TTL: Type.Integer({ minimum: 60, maximum: 86_400, default: 900 }),
-  OP_REGISTRATION: Type.Union([Type.Literal('off'), Type.Literal('initial-access-token')], { default: 'off' }),
+  OP_REGISTRATION: Type.Union([Type.Literal('off'), Type.Literal('open'), Type.Literal('token')], { default: 'off' }),
+  OP_CLIENT_METADATA: Type.Union([Type.Literal('on'), Type.Literal('off')], { default: 'on' }),
+  OP_CLIENT_METADATA_HOSTS: Type.Optional(Type.String({ minLength: 1, maxLength: 4096 })),
   MFA_STEP_UP_SECONDS: Type.Integer({ minimum: 30, maximum: 86_400, default: 600 }),
   AUDIT_RETENTION_DAYS: Type.Integer({ minimum: 0, maximum: 36_500, default: 365 }),
   RETENTION_INTERVAL_SECONDS: Type.Integer({ minimum: 1, maximum: 86_400, default: 3600 }),
@@ -323,8 +326,6 @@ export function loadConfig(source: Record<string, string | undefined> = process.
   const keyEncryptionKey = parseKek('KEY_ENCRYPTION_KEY', env.KEY_ENCRYPTION_KEY)
   const oldKeyEncryptionKey = parseKek('OLD_KEY_ENCRYPTION_KEY', env.OLD_KEY_ENCRYPTION_KEY)
 
-  // Dynamic client registration (RFC 7591) is not in this release: saying so beats starting without it.
-  if (env.OP_REGISTRATION !== 'off') throw new ConfigError('OP_REGISTRATION', 'can only be off in this release: clients are registered by operators (admin API or `portcullis clients add`)')
   if (env.APP_NAME.trim() === '') throw new ConfigError('APP_NAME', describe('APP_NAME', EnvSchema.properties.APP_NAME))
 
   const publicUrl = (env.PUBLIC_URL ?? `${tls ? 'https' : 'http'}://localhost:${env.PORT}`).replace(/\/+$/, '')
@@ -399,11 +400,16 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     /**
      * Portcullis as an OpenID provider (src/provider/): its issuer (an origin: the library serves
      * discovery at the issuer and RFC 8414's path only when it has no path) and the life of its
-     * access tokens. OP_REGISTRATION (dynamic registration) is refused above until it is built.
+     * access tokens; dynamic registration (OP_REGISTRATION: off, open, or token for an initial access
+     * token) and client ID metadata documents (OP_CLIENT_METADATA, with OP_CLIENT_METADATA_HOSTS the
+     * hosts allowed to serve them; null: any).
      */
     provider: {
       issuer: (env.OP_ISSUER ?? new URL(publicUrl).origin).replace(/\/+$/, ''),
       accessTokenTtlSeconds: env.OP_ACCESS_TOKEN_TTL,
+      registration: env.OP_REGISTRATION,
+      clientMetadata: env.OP_CLIENT_METADATA === 'on',
+      clientMetadataHosts: env.OP_CLIENT_METADATA_HOSTS === undefined ? null : env.OP_CLIENT_METADATA_HOSTS.split(',').map((host) => host.trim().toLowerCase()).filter(Boolean),
     },
     /** The passkey relying party: RP ID, its name, the origins ceremonies may come from. */
     webauthn: relyingParty(env, publicUrl, corsOrigins, env.APP_NAME.trim()),
@@ -421,6 +427,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
       mailPerIpPerHour: env.RATE_LIMIT_MAIL_PER_IP,
       mailPerAddressPerHour: env.RATE_LIMIT_MAIL_PER_ADDRESS,
       apiKeyFailuresPerIpPerMinute: env.RATE_LIMIT_API_KEY_FAILURES_PER_IP,
+      clientRegistrationsPerIpPerHour: env.RATE_LIMIT_CLIENT_REGISTRATION_PER_IP,
     },
     hashing: { concurrency: env.HASH_CONCURRENCY, queue: env.HASH_QUEUE, maxWaitMs: env.HASH_WAIT_SECONDS * 1000 },
     /** The `iss` of every token this service signs. */

@@ -47,6 +47,7 @@ import { ResourceTokens } from './provider/resource.ts'
 import { endProviderGrants, endProviderSessions } from './provider/logouts.ts'
 import { ProviderService } from './provider/service.ts'
 import { ResourceRegistry } from './provider/resources.ts'
+import { DynamicRegistration } from './provider/registration.ts'
 import { ProfileService } from './profile/service.ts'
 import type { Resolve } from './webhooks/sender.ts'
 import { WebhookService } from './webhooks/service.ts'
@@ -125,6 +126,8 @@ export interface AppServices {
   resourceTokens: ResourceTokens
   /** The APIs registered as resources of the provider (src/provider/resources.ts). */
   resources: ResourceRegistry
+  /** Dynamic client registration (src/provider/registration.ts). */
+  registration: DynamicRegistration
   /** Moving in: imports of accounts from other systems (src/imports/). */
   imports: ImportService
   /** Lazy migration's questions to the old system (src/imports/legacy.ts). */
@@ -294,12 +297,14 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const resourceTokens = new ResourceTokens({ db, keys: infra.keys, gate, clock, sessions, issuer: config.provider.issuer, resource: config.audience })
   // The APIs operators register as resources of the provider, besides the built-in one (src/provider/resources.ts).
   const resources = new ResourceRegistry({ db, clock, builtIn: config.audience, production: config.production })
+  // Clients that register themselves (RFC 7591), when OP_REGISTRATION allows it (src/provider/registration.ts).
+  const registration = new DynamicRegistration({ db, clock, clients, mode: config.provider.registration })
   const provider = new ProviderService({
     db, clock, sealer, clients, logger, events, resources,
     keys: infra.keys,
     hmacKey: await sealedSecret(db, sealer, 'op_hmac', clock.now()),
     cookieKey: await sealedSecret(db, sealer, 'op_cookie_key', clock.now()),
-    settings: { issuer: config.provider.issuer, accessTokenTtlSeconds: config.provider.accessTokenTtlSeconds, apiResource: config.audience },
+    settings: { issuer: config.provider.issuer, accessTokenTtlSeconds: config.provider.accessTokenTtlSeconds, apiResource: config.audience, registration: config.provider.registration !== 'off' },
     pages: libraryPages({ appName: config.appName, appUrl: config.appUrl }),
     endSession: (userId, sessionId, context) => lifecycle.endSession(userId, sessionId, context),
     metrics: infra.metrics,
@@ -313,7 +318,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider, roles)
   // Moving in: accounts from another system, with their hashes, factors, identities and roles (src/imports/).
   const imports = new ImportService({ db, clock, sealer, roles, events, importedHashes: infra.importedHashes, providers: new Set(config.oidc.providers.map((p) => p.name)), firebase: config.imports.firebase })
-  return { legacy, imports, resources, tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
+  return { legacy, imports, resources, registration, tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {
@@ -352,6 +357,8 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     const domain = await wireDomain(infra, config, overrides, logger)
     // The provider's Back-Channel Logout queue delivers through the provider (loaded when a notice is due).
     started.push(() => domain.legacy.close())
+    domain.registration.start((error) => logger.warn({ err: { message: error.message } }, 'removing unused dynamic clients failed'))
+    started.push(() => domain.registration.stop())
     domain.provider.logouts.start()
     started.push(() => domain.provider.logouts.stop())
     await domain.webhooks.start()

@@ -13,6 +13,8 @@ export interface RequestContext {
 }
 
 export const CLI_CONTEXT: RequestContext = { ip: null, userAgent: 'portcullis-cli', requestId: null, actor: 'cli' }
+/** The service's own housekeeping (retention). */
+export const SYSTEM_CONTEXT: RequestContext = { ip: null, userAgent: null, requestId: null, actor: 'system' }
 
 export const AUDIT_TYPES = [
   'account.registered',

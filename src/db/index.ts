@@ -28,6 +28,7 @@ import * as m0020 from './migrations/0020_mail_subjects.ts'
 import * as m0021 from './migrations/0021_authorization.ts'
 import * as m0022 from './migrations/0022_imported_hashes.ts'
 import * as m0023 from './migrations/0023_resources.ts'
+import * as m0024 from './migrations/0024_dynamic_registration.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -227,6 +228,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0021_authorization': m0021,
     '0022_imported_hashes': m0022,
     '0023_resources': m0023,
+    '0024_dynamic_registration': m0024,
   }
 }
 

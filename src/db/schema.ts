@@ -295,6 +295,18 @@ export interface OpClientsTable {
   secret: string | null
   created_at: number
   updated_at: number
+  /** 1 for a client that registered itself (RFC 7591), removed after 30 days unused (migration 0024). */
+  dynamic: Generated<number>
+  /** The last token issued to it, to the hour; null until the first. */
+  last_used_at: number | null
+}
+
+/** Initial access tokens for dynamic registration (OP_REGISTRATION=token), as SHA-256 hashes (migration 0024). */
+export interface RegistrationTokensTable {
+  token_hash: string
+  created_at: number
+  expires_at: number
+  used_at: number | null
 }
 
 /** What the OpenID provider library stores: identifiers as keyed hashes, payloads sealed (migration 0014). */
@@ -485,6 +497,7 @@ export interface Database {
   op_clients: OpClientsTable
   op_records: OpRecordsTable
   resources: ResourcesTable
+  registration_tokens: RegistrationTokensTable
   op_logout_deliveries: OpLogoutDeliveriesTable
   email_sign_ins: EmailSignInsTable
   email_changes: EmailChangesTable

@@ -11,9 +11,11 @@ export interface LimitSettings {
   mailPerIpPerHour: number
   mailPerAddressPerHour: number
   apiKeyFailuresPerIpPerMinute: number
+  /** Dynamic client registrations (RFC 7591) per client IP per hour. */
+  clientRegistrationsPerIpPerHour: number
 }
 
-export type IpRule = 'login' | 'register' | 'mail'
+export type IpRule = 'login' | 'register' | 'mail' | 'client_registration'
 
 /**
  * One attempt counted by claimLoginAttempt, before its credential is judged (docs/SECURITY.md, Abuse
@@ -101,6 +103,8 @@ export class Limits {
         return { limit: this.settings.registerPerIpPerHour, windowMs: HOUR }
       case 'mail':
         return { limit: this.settings.mailPerIpPerHour, windowMs: HOUR }
+      case 'client_registration':
+        return { limit: this.settings.clientRegistrationsPerIpPerHour, windowMs: HOUR }
     }
   }
 

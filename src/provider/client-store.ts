@@ -40,6 +40,23 @@ export const clientStore = {
     return Number((await db.deleteFrom('op_records').where('client_id', '=', clientId).executeTakeFirst()).numDeletedRows)
   },
 
+  /** A token was issued to the client: its last use, written at most once an hour (the caller throttles). */
+  async touch(db: Executor, clientId: string, at: number): Promise<void> {
+    await db.updateTable('op_clients').set({ last_used_at: at }).where('client_id', '=', clientId).execute()
+  },
+
+  /** Dynamic clients unused since `before` (never used: registered before it). */
+  async idleDynamic(db: Executor, before: number, limit: number): Promise<string[]> {
+    const rows = await db
+      .selectFrom('op_clients')
+      .select('client_id')
+      .where('dynamic', '=', 1)
+      .where((e) => e.or([e('last_used_at', '<', before), e.and([e('last_used_at', 'is', null), e('created_at', '<', before)])]))
+      .limit(limit)
+      .execute()
+    return rows.map((row) => row.client_id)
+  },
+
   async sealedSecrets(db: Executor): Promise<{ client_id: string; secret: string }[]> {
     return (await db.selectFrom('op_clients').select(['client_id', 'secret']).where('secret', 'is not', null).execute()) as { client_id: string; secret: string }[]
   },

@@ -1,11 +1,12 @@
 import { createPublicKey, randomBytes, type JsonWebKey } from 'node:crypto'
-import { CLI_CONTEXT, recordEvent, type RequestContext } from '../audit/events.ts'
+import { CLI_CONTEXT, recordEvent, SYSTEM_CONTEXT, type RequestContext } from '../audit/events.ts'
 import { KeyEncryptionError, type KeySealer } from '../auth/key-encryption.ts'
 import type { Rewrap } from '../auth/keys.ts'
 import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import { AppError, type ErrorDetail } from '../errors.ts'
 import { cleanLabel } from '../text.ts'
+import { OncePerWindow } from '../once-per-window.ts'
 import { clientStore, type ClientRow } from './client-store.ts'
 import {
   AUTH_METHODS, CLIENT_SCOPES, CLIENT_TYPES, DEFAULT_CLIENT_SCOPES, GRANT_TYPES, ID_TOKEN_ALGS, LIST_MAX, URI_MAX,
@@ -15,7 +16,7 @@ import {
 export type { RegisteredClient } from './schemas.ts'
 
 /** A client's registration as op_clients.metadata keeps it: everything but its id, secret and times. */
-type Registration = Omit<RegisteredClient, 'client_id' | 'created_at' | 'updated_at'>
+type Registration = Omit<RegisteredClient, 'client_id' | 'created_at' | 'updated_at' | 'dynamic' | 'last_used_at'>
 
 /**
  * What panva's oidc-provider reads for a client (its `Client` model, through the storage adapter),
@@ -102,7 +103,12 @@ function registrationOf(row: ClientRow): Registration {
 }
 
 function view(row: ClientRow): RegisteredClient {
-  return { client_id: row.client_id, ...ordered(registrationOf(row)), created_at: iso(row.created_at), updated_at: iso(row.updated_at) }
+  return {
+    client_id: row.client_id, ...ordered(registrationOf(row)),
+    dynamic: row.dynamic === 1,
+    created_at: iso(row.created_at), updated_at: iso(row.updated_at),
+    last_used_at: row.last_used_at === null ? null : iso(row.last_used_at),
+  }
 }
 
 /** A new registration: what the operator gave, and the defaults of docs/admin.md for the rest. */
@@ -293,13 +299,16 @@ function notFound(): AppError {
  * in its transaction, naming the client in `reason` and never the secret.
  */
 export class ClientRegistry {
+  /** Each client's last use is written at most once an hour from this instance. */
+  private readonly lastUse = new OncePerWindow(3600_000)
+
   constructor(private readonly deps: ClientRegistryDeps) {}
 
   private get db() {
     return this.deps.db.kysely
   }
 
-  async create(input: ClientCreate, context: RequestContext = CLI_CONTEXT): Promise<{ client: RegisteredClient; client_secret?: string }> {
+  async create(input: ClientCreate, context: RequestContext = CLI_CONTEXT, options: { dynamic?: boolean } = {}): Promise<{ client: RegisteredClient; client_secret?: string }> {
     const registration = validated(withDefaults(input))
     const now = this.deps.clock.now()
     const clientId = newClientId()
@@ -310,6 +319,8 @@ export class ClientRegistry {
       secret: secret === null ? null : this.deps.sealer.seal(secret, secretAad(clientId)),
       created_at: now,
       updated_at: now,
+      dynamic: options.dynamic ? 1 : 0,
+      last_used_at: null,
     }
     await this.db.transaction().execute(async (trx) => {
       await clientStore.insert(trx, row)
@@ -359,6 +370,27 @@ export class ClientRegistry {
       await recordEvent(trx, this.deps.clock, { type: 'client.removed', userId: null, reason: clientId, context })
     })
     return { client_id: clientId, deleted: true }
+  }
+
+  /** Retention: removes dynamic clients unused since `before`, each with what it holds (as remove does). */
+  async removeIdleDynamic(before: number): Promise<number> {
+    let removed = 0
+    for (const clientId of await clientStore.idleDynamic(this.db, before, 1000)) {
+      await this.db.transaction().execute(async (trx) => {
+        if (!(await clientStore.delete(trx, clientId))) return
+        await clientStore.deleteRecordsOf(trx, clientId)
+        await recordEvent(trx, this.deps.clock, { type: 'client.removed', userId: null, reason: clientId, context: SYSTEM_CONTEXT })
+        removed++
+      })
+    }
+    return removed
+  }
+
+  /** A token was issued to the client (the provider says so): its last use, at most once an hour per instance. */
+  async used(clientId: string): Promise<void> {
+    const now = this.deps.clock.now()
+    if (!this.lastUse.first(clientId, now)) return
+    await clientStore.touch(this.db, clientId, now)
   }
 
   /** A new secret, shown once; the old one stops working at once (the library reads the client on every use). */

@@ -26,6 +26,7 @@ import { LIBRARY_PAGE_CSP, providerPageCsp, providerPages } from '../pages/provi
 import { installFormPages, problemPage, type Form } from '../pages/routes.ts'
 import type { PageBrand } from '../pages/views.ts'
 import type { ClientRegistry } from './clients.ts'
+import { RegistrationError, type DynamicRegistration } from './registration.ts'
 import { ROUTES } from './configuration.ts'
 import { AppList, AppParams, AppRevoked } from './schemas.ts'
 import { resourceMetadata } from './resource.ts'
@@ -50,6 +51,8 @@ export interface ProviderRouteDeps {
   email: EmailSignIn
   /** Bot protection: the widget in the e-mailed code's address form, and its check before a code is mailed. */
   captcha: BotProtection
+  /** Dynamic client registration (RFC 7591), when OP_REGISTRATION is not off. */
+  registration: DynamicRegistration
 }
 
 /** The PKCE verifier of an upstream sign-in started from an interaction, kept by the browser under the interaction's path. */
@@ -112,6 +115,31 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
   const widget = captcha.widget
   const widgetPolicy = widget ? widgetSources(widget) : undefined
   const upstream = () => oidc.providers().providers.filter((entry) => entry.available).map(({ name, label }) => ({ name, label }))
+
+  // Dynamic registration is Portcullis's own (src/provider/registration.ts), not the library's: public
+  // clients only, limited per IP, stored in the registry as dynamic. Off, the path is the library's
+  // (which answers that it does not know it).
+  app.post(ROUTES.registration, {
+    onRequest: async (request, reply) => {
+      if (!deps.registration.enabled) return handOver(provider, request, reply)
+    },
+  }, async (request, reply) => {
+    reply.header('cache-control', 'no-store')
+    try {
+      reply.headers(await limits.perIp('client_registration', request.ip))
+      const bearer = /^Bearer ([\x21-\x7e]{1,512})$/.exec(request.headers.authorization ?? '')?.[1] ?? null
+      return reply.code(201).send(await deps.registration.register(request.body, bearer, requestContext(request)))
+    } catch (error) {
+      if (error instanceof RegistrationError) {
+        if (error.status === 401) reply.header('www-authenticate', `Bearer error="${error.error}"`)
+        return reply.code(error.status).send({ error: error.error, error_description: error.description })
+      }
+      const appError = toAppError(error)
+      if (appError.code !== 'RATE_LIMITED') throw error
+      for (const [name, value] of Object.entries(appError.headers)) reply.header(name, value)
+      return reply.code(429).send({ error: 'invalid_request', error_description: 'too many registrations from this address; try again later' })
+    }
+  })
 
   for (const url of LIBRARY_PATHS) {
     app.route({

@@ -51,8 +51,10 @@ export const RegisteredClient = Type.Object({
   jwks: Type.Union([Jwks, Type.Null()]),
   jwks_uri: Type.Union([Type.String(), Type.Null()]),
   id_token_signed_response_alg: IdTokenAlg,
+  dynamic: Type.Boolean({ description: 'It registered itself (RFC 7591, OP_REGISTRATION): public, removed after 30 days unused' }),
   created_at: When,
   updated_at: When,
+  last_used_at: Type.Union([When, Type.Null()], { description: 'The last token issued to it, to the hour' }),
 })
 /** A registered client as the admin API and the CLI show it: every field, never the secret. */
 export type RegisteredClient = Static<typeof RegisteredClient>

@@ -17,7 +17,7 @@ import { adapterFactory, keyedHash, PortcullisAdapter, revokeGrantIn, successorO
 import type { ResourceTokens } from './resource.ts'
 import { BackchannelLogouts, queueLogoutNotices, type LogoutRow } from './logouts.ts'
 import type { ClientRegistry } from './clients.ts'
-import { RESOURCE_SCOPES, providerConfiguration, type ConfigurationDeps } from './configuration.ts'
+import { RESOURCE_SCOPES, ROUTES, providerConfiguration, type ConfigurationDeps } from './configuration.ts'
 import { records } from './store.ts'
 import type { ClaimsSource } from '../authz/claims.ts'
 import { organizationsOf } from '../authz/provider-claims.ts'
@@ -33,6 +33,8 @@ export interface ProviderSettings {
   accessTokenTtlSeconds: number
   /** `{PUBLIC_URL}{BASE_PATH}`: the API a JWT access token is for by default. */
   apiResource: string
+  /** Dynamic registration is on (OP_REGISTRATION open or token): discovery names its endpoint. */
+  registration: boolean
 }
 
 export interface ProviderServiceDeps {
@@ -259,7 +261,15 @@ export class ProviderService {
       const agent = ctx.get('user-agent')
       if (session) await this.deps.endSession(session.user_id, state.endedSession, { ip: ctx.ip ?? null, userAgent: agent || null, requestId: ctx.get('x-request-id') || null })
     }
+    if (ctx.oidc?.route === 'discovery' && ctx.status === 200 && typeof ctx.body === 'object' && ctx.body !== null) {
+      // Dynamic registration is Portcullis's own route (src/provider/registration.ts): named only when on.
+      if (this.deps.settings.registration) (ctx.body as Record<string, unknown>).registration_endpoint = `${this.deps.settings.issuer}${ROUTES.registration}`
+      return
+    }
     if (ctx.oidc?.route !== 'token' || ctx.status !== 200 || typeof ctx.body !== 'object' || ctx.body === null) return
+    // The client's last use (a dynamic one unused for 30 days is removed).
+    const client = ctx.oidc.client as { clientId: string } | undefined
+    if (client) await this.deps.clients.used(client.clientId)
     const grant = ctx.oidc.entities?.Grant as { jti?: string } | undefined
     if (grant?.jti) await records.touchGrant(this.deps.db.kysely, this.grantReference(grant.jti), this.deps.clock.now())
     if (!state?.retry) return

@@ -191,7 +191,7 @@ for (const engine of ENGINES) {
           [['events', 'list'], ['at', 'type', 'reason', 'user_id', 'actor', 'ip', 'request_id', 'user_agent']],
           [['keys', 'list'], ['kid', 'alg', 'state', 'created_at', 'retires_at']],
           [['api-keys', 'list'], ['id', 'name', 'scopes', 'state', 'created_at', 'last_used_at', 'expires_at']],
-          [['clients', 'list'], ['client_id', 'name', 'type', 'first_party']],
+          [['clients', 'list'], ['client_id', 'name', 'type', 'first_party', 'dynamic']],
         ]
         for (const [argv, columns] of lists) {
           const table = capture()

@@ -352,6 +352,7 @@ for (const engine of ENGINES) {
 }
 
 const SETTINGS: LimitSettings = {
+  clientRegistrationsPerIpPerHour: 10,
   loginPerIpPerMinute: 60,
   loginFreeFailures: 2,
   loginMaxDelaySeconds: 900,

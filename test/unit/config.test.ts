@@ -67,11 +67,16 @@ describe('config', () => {
     ])
   })
 
-  test('the OpenID provider: its issuer is PUBLIC_URL\'s origin by default, an issuer with a path is refused, dynamic registration is refused', () => {
+  test('the OpenID provider: its issuer is PUBLIC_URL\'s origin by default, an issuer with a path is refused; dynamic registration is off unless open or token; metadata documents on unless off', () => {
     assert.equal(loadConfig({ PUBLIC_URL: 'https://auth.example.com/base' }).provider.issuer, 'https://auth.example.com')
     assert.equal(loadConfig({ OP_ISSUER: 'https://id.example.com/' }).provider.issuer, 'https://id.example.com')
     assert.throws(() => loadConfig({ OP_ISSUER: 'https://id.example.com/tenant' }), /OP_ISSUER must be an origin with no path/)
-    assert.throws(() => loadConfig({ OP_REGISTRATION: 'initial-access-token' }), /OP_REGISTRATION can only be off/)
+    assert.throws(() => loadConfig({ OP_REGISTRATION: 'initial-access-token' }), /OP_REGISTRATION must be one of off, open, token/)
+    assert.equal(loadConfig({}).provider.registration, 'off')
+    assert.equal(loadConfig({ OP_REGISTRATION: 'token' }).provider.registration, 'token')
+    assert.equal(loadConfig({}).provider.clientMetadata, true)
+    assert.equal(loadConfig({ OP_CLIENT_METADATA: 'off' }).provider.clientMetadata, false)
+    assert.deepEqual(loadConfig({ OP_CLIENT_METADATA_HOSTS: 'Claude.ai, vscode.dev' }).provider.clientMetadataHosts, ['claude.ai', 'vscode.dev'])
     assert.equal(loadConfig({}).provider.accessTokenTtlSeconds, 900)
   })
 
