@@ -14,6 +14,13 @@ import type {
 export { PortcullisError } from './errors.ts'
 export { memoryStorage, type TokenStorage, type Tokens } from './storage.ts'
 export type * from './types.ts'
+// The resource server's side (docs/client.md, "Protecting your own API or MCP server"); tree-shaken
+// away from a browser bundle that does not use it.
+export {
+  AccessTokenError, bearerToken, challenge, challengeResponse, KeySetUnavailableError, protectedResourceMetadata, resourceMetadataUrl, verifyAccessToken,
+  type AccessTokenClaims, type AccessTokenRefusal, type BearerErrorCode, type ChallengeOptions, type ChallengeResponse, type ProtectedResourceMetadata,
+  type ProtectedResourceMetadataInput, type VerifyAccessTokenOptions,
+} from './resource-server.ts'
 
 /**
  * `body`: tokens in the JSON bodies, kept in the TokenStorage (Node services, native apps).
