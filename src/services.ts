@@ -48,6 +48,7 @@ import { endProviderGrants, endProviderSessions } from './provider/logouts.ts'
 import { ProviderService } from './provider/service.ts'
 import { ResourceRegistry } from './provider/resources.ts'
 import { DynamicRegistration } from './provider/registration.ts'
+import { ClientMetadataDocuments } from './provider/client-metadata.ts'
 import { ProfileService } from './profile/service.ts'
 import type { Resolve } from './webhooks/sender.ts'
 import { WebhookService } from './webhooks/service.ts'
@@ -90,6 +91,8 @@ export interface AppOverrides {
   webhooks?: { queue?: Partial<DurableQueueOptions>; timeoutMs?: number; resolve?: Resolve }
   /** How the legacy system's name resolves (tests resolve one to loopback, to try the production address policy). */
   legacyResolve?: Resolve
+  /** Client ID metadata documents: how names resolve, and a certificate authority to trust (tests serve https with their own). */
+  clientMetadata?: { resolve?: Resolve; ca?: string | Buffer }
 }
 
 export interface AppServices {
@@ -299,8 +302,18 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const resources = new ResourceRegistry({ db, clock, builtIn: config.audience, production: config.production })
   // Clients that register themselves (RFC 7591), when OP_REGISTRATION allows it (src/provider/registration.ts).
   const registration = new DynamicRegistration({ db, clock, clients, mode: config.provider.registration })
+  // Client ID metadata documents (src/provider/client-metadata.ts): a client_id that is an https URL.
+  const clientMetadata = config.provider.clientMetadata
+    ? new ClientMetadataDocuments({
+        production: config.production,
+        allowedHosts: config.provider.clientMetadataHosts,
+        clock: () => clock.now(),
+        ...(overrides.clientMetadata?.resolve ? { resolve: overrides.clientMetadata.resolve } : {}),
+        ...(overrides.clientMetadata?.ca ? { ca: overrides.clientMetadata.ca } : {}),
+      })
+    : null
   const provider = new ProviderService({
-    db, clock, sealer, clients, logger, events, resources,
+    db, clock, sealer, clients, logger, events, resources, clientMetadata, production: config.production,
     keys: infra.keys,
     hmacKey: await sealedSecret(db, sealer, 'op_hmac', clock.now()),
     cookieKey: await sealedSecret(db, sealer, 'op_cookie_key', clock.now()),
@@ -318,7 +331,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider, roles)
   // Moving in: accounts from another system, with their hashes, factors, identities and roles (src/imports/).
   const imports = new ImportService({ db, clock, sealer, roles, events, importedHashes: infra.importedHashes, providers: new Set(config.oidc.providers.map((p) => p.name)), firebase: config.imports.firebase })
-  return { legacy, imports, resources, registration, tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
+  return { legacy, imports, resources, registration, clientMetadata, tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {
@@ -357,6 +370,7 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     const domain = await wireDomain(infra, config, overrides, logger)
     // The provider's Back-Channel Logout queue delivers through the provider (loaded when a notice is due).
     started.push(() => domain.legacy.close())
+    started.push(() => domain.clientMetadata?.close())
     domain.registration.start((error) => logger.warn({ err: { message: error.message } }, 'removing unused dynamic clients failed'))
     started.push(() => domain.registration.stop())
     domain.provider.logouts.start()

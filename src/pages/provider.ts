@@ -151,17 +151,24 @@ ${form(`/oauth/interaction/${uid}/mfa`, [code], { mfa_token: mfaToken }, 'Contin
 ${methods.includes('passkey') ? passkeyButton(uid, 'Use a passkey instead', mfaToken) : ''}`)
   },
 
-  consent(brand: PageBrand, uid: string, clientName: string, scopes: string[], accountEmail: string, resources: ConsentResource[] = []): Html {
+  consent(brand: PageBrand, uid: string, clientName: string, scopes: string[], accountEmail: string, resources: ConsentResource[] = [], document: { host: string; loopbackOnly: boolean } | null = null): Html {
     const items = scopes.filter((scope) => SCOPE_WORDS[scope]).map((scope) => html`<li>${SCOPE_WORDS[scope]!}</li>\n`)
     // A registered resource (an API or an MCP server) is named with its host, and its scopes in its own words.
     const elsewhere = resources.map((resource) => html`<p>On <strong>${resource.name}</strong> (${resource.host}):</p>
 <ul>
 ${resource.scopes.map((scope) => html`<li>${scope.description}</li>\n`)}</ul>
 `)
+    // An app that described itself (a client ID metadata document) is not one the operators registered:
+    // where it sends you back is named, and one that can only send you back to this computer is flagged.
+    const described = document
+      ? html`<p class="note">${clientName} is not registered with ${brand.appName}: it describes itself. After you answer, you go back to <strong>${document.host}</strong>.</p>
+${document.loopbackOnly ? html`<p class="error" role="alert">This app sends you back to a program on this computer (${document.host}). Allow it only if you started it yourself, just now.</p>
+` : ''}`
+      : ''
     return layout(brand, `Allow ${clientName} to use your account?`, html`<p>Signed in as <strong>${accountEmail}</strong>. ${clientName} asks to:</p>
 <ul>
 ${items}</ul>
-${elsewhere}
+${elsewhere}${described}
 <p class="note">You can take this back at any time in your account's list of apps.</p>
 ${form(`/oauth/interaction/${uid}/consent`, [], {}, 'Allow')}
 <form method="post" action="/oauth/interaction/${uid}/abort"><button type="submit" class="secondary">Deny</button></form>`)

@@ -180,10 +180,7 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
     }
     const expired = (reply: FastifyReply) =>
       send(reply, 400, providerPages.error(brand, 'This sign-in has expired', 'Go back to the app and start again.'))
-    const clientName = async (interaction: Interaction) => {
-      const client = await clients.findForLibrary(String(interaction.params.client_id))
-      return { name: (client?.client_name as string | undefined) ?? String(interaction.params.client_id), firstParty: client?.first_party === true }
-    }
+    const clientName = (interaction: Interaction) => provider.clientForPages(String(interaction.params.client_id), interaction.params.redirect_uri)
     /** Where the browser goes on once the interaction has its result (the authorization resumes there). */
     const resultLocation = async (request: FastifyRequest, reply: FastifyReply, result: Record<string, unknown>) =>
       (await provider.provider()).interactionResult(request.raw, reply.raw, result, { mergeWithLastSubmission: true })
@@ -194,7 +191,7 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
     pages.get<{ Params: { uid: string } }>('/oauth/interaction/:uid', async (request, reply) => {
       const interaction = await details(request, reply)
       if (!interaction || interaction.uid !== request.params.uid) return expired(reply)
-      const { name, firstParty } = await clientName(interaction)
+      const { name, firstParty, document } = await clientName(interaction)
       const targets = redirectTarget(interaction.params.redirect_uri)
       if (interaction.prompt.name === 'login') {
         const hint = typeof interaction.params.login_hint === 'string' ? interaction.params.login_hint : undefined
@@ -210,7 +207,7 @@ export async function providerRoutes(app: FastifyInstance, deps: ProviderRouteDe
         const described = await provider.describeResource(uri)
         if (described) resources.push({ name: described.name, host: new URL(described.uri).host, scopes: described.scopes.filter((scope) => scopes.includes(scope.name)) })
       }
-      return send(reply, 200, providerPages.consent(brand, interaction.uid, name, scopes, email ?? '', resources), targets)
+      return send(reply, 200, providerPages.consent(brand, interaction.uid, name, scopes, email ?? '', resources, document), targets)
     })
 
     /** The resources an authorization names (`resource`, once or more). */

@@ -17,6 +17,7 @@ import { adapterFactory, keyedHash, PortcullisAdapter, revokeGrantIn, successorO
 import type { ResourceTokens } from './resource.ts'
 import { BackchannelLogouts, queueLogoutNotices, type LogoutRow } from './logouts.ts'
 import type { ClientRegistry } from './clients.ts'
+import { ClientMetadataError, isMetadataDocumentUrl, type ClientMetadata, type ClientMetadataDocuments, type FetchedClientMetadata } from './client-metadata.ts'
 import { RESOURCE_SCOPES, ROUTES, providerConfiguration, type ConfigurationDeps } from './configuration.ts'
 import { records } from './store.ts'
 import type { ClaimsSource } from '../authz/claims.ts'
@@ -35,6 +36,15 @@ export interface ProviderSettings {
   apiResource: string
   /** Dynamic registration is on (OP_REGISTRATION open or token): discovery names its endpoint. */
   registration: boolean
+}
+
+/**
+ * A metadata document's client as the library reads it: public, PKCE, third-party. The document's
+ * `loopbackOnly` is Portcullis's own (the consent page's warning), not the library's.
+ */
+function libraryMetadata(metadata: ClientMetadata): Record<string, unknown> {
+  const { loopbackOnly: _loopbackOnly, ...client } = metadata
+  return { ...client, first_party: false, pkce_required: true }
 }
 
 export interface ProviderServiceDeps {
@@ -60,6 +70,10 @@ export interface ProviderServiceDeps {
   resourceTokens: ResourceTokens
   /** The APIs operators registered as resources (src/provider/resources.ts). */
   resources: ResourceRegistry
+  /** Client ID metadata documents (OP_CLIENT_METADATA), or null when off. */
+  clientMetadata: ClientMetadataDocuments | null
+  /** Production: document URLs must be https. */
+  production: boolean
   /** What a user's access tokens claim they may do: the one seam every token issuer asks (src/authz/claims.ts). */
   claims: Pick<ClaimsSource, 'forToken'>
   /**
@@ -99,6 +113,11 @@ export class ProviderService {
   readonly logouts: BackchannelLogouts
   /** The grant references' key, imported once (the adapter imports its own copy the same way). */
   private readonly hmacKey: KeyObject
+  /** The library's records of fetched client ID metadata documents (set when the library loads). */
+  private documents: PortcullisAdapter | null = null
+  /** Documents refused in the last minute, by URL, and the fetches under way. */
+  private readonly refusedDocuments = new Map<string, { description: string; until: number }>()
+  private readonly fetchingDocuments = new Map<string, Promise<FetchedClientMetadata>>()
 
   constructor(private readonly deps: ProviderServiceDeps) {
     this.hmacKey = createSecretKey(deps.hmacKey)
@@ -126,6 +145,9 @@ export class ProviderService {
       sessionLive: (sessionId) => this.sessionLive(sessionId),
       invalidGrant: (message) => new library.errors.InvalidGrant!(message),
     })
+    // Fetched client ID metadata documents, shared by every instance through the library's records.
+    const documents = storage('ClientMetadataDocument')
+    this.documents = documents
     const policy = library.interactionPolicy.base()
     // acr_values=aal2 (docs/provider.md): a session without a second factor signs in again, with one.
     policy.get('login').checks.add(
@@ -134,7 +156,7 @@ export class ProviderService {
       ),
     )
     const configuration = providerConfiguration({
-      adapter: (model: string) => (model === 'Client' ? this.clientStorage() : storage(model)),
+      adapter: (model: string) => (model === 'Client' ? this.clientStorage(documents, library) : storage(model)),
       jwks: this.deps.keys.privateJwks(),
       cookieKeys: [this.deps.cookieKey.toString('base64url')],
       apiResource: settings.apiResource,
@@ -177,9 +199,67 @@ export class ProviderService {
     return resource === this.deps.settings.apiResource ? Promise.resolve(null) : this.deps.resources.find(resource)
   }
 
-  /** The library's Client model reads the registry on every find (an operator's change applies at once). */
-  private clientStorage(): Pick<PortcullisAdapter, 'find'> {
-    return { find: async (id: string) => (await this.deps.clients.findForLibrary(id)) as Record<string, unknown> | undefined }
+  /**
+   * The library's Client model: the registry, read on every find (an operator's change applies at
+   * once), or a client ID metadata document (src/provider/client-metadata.ts).
+   */
+  private clientStorage(documents: PortcullisAdapter, library: Library): Pick<PortcullisAdapter, 'find'> {
+    return {
+      find: async (id: string) => {
+        const registered = await this.deps.clients.findForLibrary(id)
+        if (registered) return registered as unknown as Record<string, unknown>
+        const metadata = await this.metadataDocument(id, documents, library)
+        return metadata ? libraryMetadata(metadata) : undefined
+      },
+    }
+  }
+
+  /**
+   * A client ID metadata document's client, from the shared cache (the library's records, kept as
+   * long as HTTP caching said, 5 minutes to 24 hours) or fetched now; undefined when the id is not a
+   * document URL (or the feature is off). A document that breaks a rule is invalid_client with the
+   * reason; the refusal is remembered for a minute, and fetches of one URL at once are one fetch, so
+   * authorization requests cannot make this server fetch a URL over and over.
+   */
+  private async metadataDocument(id: string, documents: PortcullisAdapter, library: Library): Promise<ClientMetadata | undefined> {
+    const fetcher = this.deps.clientMetadata
+    if (!fetcher || !isMetadataDocumentUrl(id, { production: this.deps.production })) return undefined
+    const cached = (await documents.find(id)) as { metadata?: ClientMetadata } | undefined
+    if (cached?.metadata) return cached.metadata
+    const now = this.deps.clock.now()
+    const refused = this.refusedDocuments.get(id)
+    if (refused && refused.until > now) throw new library.errors.InvalidClient!(refused.description)
+    let fetching = this.fetchingDocuments.get(id)
+    if (!fetching) {
+      fetching = fetcher.fetch(id).finally(() => this.fetchingDocuments.delete(id))
+      this.fetchingDocuments.set(id, fetching)
+    }
+    try {
+      const { metadata, expiresAt } = await fetching
+      await documents.upsert(id, { clientId: id, metadata } as never, Math.max(1, Math.ceil((expiresAt - this.deps.clock.now()) / 1000)))
+      return metadata
+    } catch (error) {
+      if (!(error instanceof ClientMetadataError)) throw error
+      if (this.refusedDocuments.size >= 10_000) this.refusedDocuments.clear()
+      this.refusedDocuments.set(id, { description: error.description, until: now + 60_000 })
+      this.deps.logger.info({ clientId: id.slice(0, 200), reason: error.detail.slice(0, 300) }, 'client metadata document refused')
+      throw new library.errors.InvalidClient!(error.description)
+    }
+  }
+
+  /**
+   * What the pages show of a client: its name, whether it is first-party, and for a metadata
+   * document's client, that it is one (always third-party), its redirect host and whether it
+   * redirects only to this machine (the consent page warns then).
+   */
+  async clientForPages(clientId: string, redirectUri: unknown): Promise<{ name: string; firstParty: boolean; document: { host: string; loopbackOnly: boolean } | null }> {
+    const registered = await this.deps.clients.findForLibrary(clientId)
+    if (registered) return { name: registered.client_name, firstParty: registered.first_party === true, document: null }
+    const { library } = await this.loaded()
+    const metadata = await this.metadataDocument(clientId, this.documents!, library).catch(() => undefined)
+    if (!metadata) return { name: clientId, firstParty: false, document: null }
+    const host = typeof redirectUri === 'string' ? (URL.parse(redirectUri)?.host ?? '') : ''
+    return { name: metadata.client_name, firstParty: false, document: { host, loopbackOnly: metadata.loopbackOnly } }
   }
 
   /** The provider, loaded on first use. */
@@ -264,6 +344,8 @@ export class ProviderService {
     if (ctx.oidc?.route === 'discovery' && ctx.status === 200 && typeof ctx.body === 'object' && ctx.body !== null) {
       // Dynamic registration is Portcullis's own route (src/provider/registration.ts): named only when on.
       if (this.deps.settings.registration) (ctx.body as Record<string, unknown>).registration_endpoint = `${this.deps.settings.issuer}${ROUTES.registration}`
+      // Client ID metadata documents are answered from the Client model's lookup, not the library's feature.
+      if (this.deps.clientMetadata) (ctx.body as Record<string, unknown>).client_id_metadata_document_supported = true
       return
     }
     if (ctx.oidc?.route !== 'token' || ctx.status !== 200 || typeof ctx.body !== 'object' || ctx.body === null) return
