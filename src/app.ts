@@ -29,6 +29,8 @@ import { webhookAdminRoutes } from './webhooks/routes.ts'
 import { advertiseResourceMetadata, resourceMetadataUrl } from './provider/resource.ts'
 import { protectedProviderRoutes, providerRoutes } from './provider/routes.ts'
 import { resourceAdminRoutes } from './provider/resources-routes.ts'
+import { consoleRoutes } from './console/routes.ts'
+import { userRoutes } from './console/users.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
 import { watchlistRoutes } from './watchlists/routes.ts'
 
@@ -192,6 +194,13 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   await app.register(profilePageRoutes, { profile: services.profile, brand, ownOrigin: new URL(config.publicUrl).origin })
   // The invitation link's page, beside them (src/authz/).
   await app.register(invitationPageRoutes, { invitations: services.invitations, brand, ownOrigin: new URL(config.publicUrl).origin, mode: config.organizations })
+  // The operators' console: server-rendered pages under /console, signing in through the provider (src/console/).
+  if (config.console) {
+    await app.register(consoleRoutes, {
+      services, brand, publicUrl: config.publicUrl, issuer: config.provider.issuer, production: config.production, sessions: services.consoleSessions,
+      areas: [userRoutes],
+    })
+  }
   // Portcullis as an OpenID provider: the library's endpoints under /oauth/, and its pages (src/provider/).
   await app.register(providerRoutes, {
     provider: services.provider, clients: services.clients, auth, mfa, lifecycle, limits, hasher, brand,

@@ -71,6 +71,7 @@ const EnvSchema = Type.Object({
   OP_ACCESS_TOKEN_TTL: Type.Integer({ minimum: 60, maximum: 86_400, default: 900 }),
   OP_REGISTRATION: Type.Union([Type.Literal('off'), Type.Literal('open'), Type.Literal('token')], { default: 'off' }),
   OP_CLIENT_METADATA: Type.Union([Type.Literal('on'), Type.Literal('off')], { default: 'on' }),
+  CONSOLE: Type.Union([Type.Literal('on'), Type.Literal('off')], { default: 'on' }),
   OP_CLIENT_METADATA_HOSTS: Type.Optional(Type.String({ minLength: 1, maxLength: 4096 })),
   MFA_STEP_UP_SECONDS: Type.Integer({ minimum: 30, maximum: 86_400, default: 600 }),
   AUDIT_RETENTION_DAYS: Type.Integer({ minimum: 0, maximum: 36_500, default: 365 }),
@@ -365,6 +366,8 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     },
     /** Bot protection on register, forgot-password, resend-verification and the e-mailed sign-in's start; null when off. */
     captcha: captchaSettings(env, production),
+    /** CONSOLE: the operators' console at {PUBLIC_URL}/console (docs/console.md); off answers 404 there. */
+    console: env.CONSOLE === 'on',
     /** FIREBASE_* and LEGACY_VERIFY_*: imported Firebase hashes, and lazy migration (docs/migrating.md). */
     imports: importSettings(env, production),
     /** EMAIL_SIGNUP: the first e-mailed sign-in of an unknown address makes a verified account without a password. */

@@ -49,6 +49,7 @@ import { ProviderService } from './provider/service.ts'
 import { ResourceRegistry } from './provider/resources.ts'
 import { DynamicRegistration } from './provider/registration.ts'
 import { ClientMetadataDocuments } from './provider/client-metadata.ts'
+import { ConsoleSessions } from './console/sessions.ts'
 import { ProfileService } from './profile/service.ts'
 import type { Resolve } from './webhooks/sender.ts'
 import { WebhookService } from './webhooks/service.ts'
@@ -68,6 +69,12 @@ import { PasswordCheck } from './auth/password-check.ts'
  */
 export function accountSignOut(clock: Clock): AccountSignOut {
   return new AccountSignOut(clock, [endProviderGrants], [endProviderSessions])
+}
+
+/** Where the provider sends an operator back to the console (src/console/routes.ts). */
+export function consoleCallback(publicUrl: string): string {
+  const url = new URL(publicUrl)
+  return `${url.origin}${url.pathname.replace(/\/+$/, '')}/console/callback`
 }
 
 /** Everything a test (or another embedding) may replace. */
@@ -131,6 +138,8 @@ export interface AppServices {
   resources: ResourceRegistry
   /** Dynamic client registration (src/provider/registration.ts). */
   registration: DynamicRegistration
+  /** The operators' console's sessions (src/console/sessions.ts). */
+  consoleSessions: ConsoleSessions
   /** Moving in: imports of accounts from other systems (src/imports/). */
   imports: ImportService
   /** Lazy migration's questions to the old system (src/imports/legacy.ts). */
@@ -329,9 +338,11 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
   const apiKeys = new ApiKeyService(db, clock, await sealedSecret(db, sealer, 'api_key_hmac', clock.now()), background, feed)
   const roles = new RolesService({ db, clock, events, applyLocally: (changes) => feed.applyLocally(changes) })
   const admin = new AdminService(db, clock, accounts, audit, cursors, mfa, oidc, provider, roles)
+  // The operators' console's sessions (src/console/): judged against the account and its roles on every request.
+  const consoleSessions = new ConsoleSessions({ db, clock, claims, grants: provider })
   // Moving in: accounts from another system, with their hashes, factors, identities and roles (src/imports/).
   const imports = new ImportService({ db, clock, sealer, roles, events, importedHashes: infra.importedHashes, providers: new Set(config.oidc.providers.map((p) => p.name)), firebase: config.imports.firebase })
-  return { legacy, imports, resources, registration, clientMetadata, tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
+  return { legacy, imports, resources, registration, clientMetadata, consoleSessions, tokens, claims, auth, mfa, oidc, email, profile, organizations, invitations, roles, webhooks, lifecycle, accounts, watchlists, audit, dataRights, apiKeys, admin, clients, provider, resourceTokens }
 }
 
 function registerGauges({ metrics, gate, hasher, commits, db }: Infrastructure, tokens: TokenService): void {
@@ -372,6 +383,13 @@ export async function startServices(config: Config, overrides: AppOverrides, log
     started.push(() => domain.legacy.close())
     started.push(() => domain.clientMetadata?.close())
     domain.registration.start((error) => logger.warn({ err: { message: error.message } }, 'removing unused dynamic clients failed'))
+    if (config.console) {
+      // The console's built-in client of the provider, and the hourly sweep of its ended sessions.
+      await domain.clients.ensureConsoleClient(consoleCallback(config.publicUrl))
+      const sweep = setInterval(() => domain.consoleSessions.deleteEnded().catch((error: Error) => logger.warn({ err: { message: error.message } }, 'deleting ended console sessions failed')), 3600_000)
+      sweep.unref()
+      started.push(() => clearInterval(sweep))
+    }
     started.push(() => domain.registration.stop())
     domain.provider.logouts.start()
     started.push(() => domain.provider.logouts.stop())

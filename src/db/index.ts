@@ -29,6 +29,7 @@ import * as m0021 from './migrations/0021_authorization.ts'
 import * as m0022 from './migrations/0022_imported_hashes.ts'
 import * as m0023 from './migrations/0023_resources.ts'
 import * as m0024 from './migrations/0024_dynamic_registration.ts'
+import * as m0025 from './migrations/0025_console.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -229,6 +230,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0022_imported_hashes': m0022,
     '0023_resources': m0023,
     '0024_dynamic_registration': m0024,
+    '0025_console': m0025,
   }
 }
 

@@ -301,6 +301,17 @@ export interface OpClientsTable {
   last_used_at: number | null
 }
 
+/** The operators' console's sessions (migration 0025): the cookie's SHA-256, never the cookie. */
+export interface ConsoleSessionsTable {
+  id_hash: string
+  user_id: string
+  credential_epoch: number
+  grant_ref: string
+  created_at: number
+  last_seen_at: number
+  expires_at: number
+}
+
 /** Initial access tokens for dynamic registration (OP_REGISTRATION=token), as SHA-256 hashes (migration 0024). */
 export interface RegistrationTokensTable {
   token_hash: string
@@ -498,6 +509,7 @@ export interface Database {
   op_records: OpRecordsTable
   resources: ResourcesTable
   registration_tokens: RegistrationTokensTable
+  console_sessions: ConsoleSessionsTable
   op_logout_deliveries: OpLogoutDeliveriesTable
   email_sign_ins: EmailSignInsTable
   email_changes: EmailChangesTable

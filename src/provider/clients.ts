@@ -43,6 +43,9 @@ export interface LibraryClientMetadata {
   pkce_required: boolean
 }
 
+/** The operators' console's own client (src/console/routes.ts). */
+export const CONSOLE_CLIENT_ID = 'portcullis-console'
+
 export interface ClientRegistryDeps {
   db: Db
   clock: Clock
@@ -370,6 +373,24 @@ export class ClientRegistry {
       await recordEvent(trx, this.deps.clock, { type: 'client.removed', userId: null, reason: clientId, context })
     })
     return { client_id: clientId, deleted: true }
+  }
+
+  /**
+   * The console's built-in client (src/console/): first-party (no consent page), public with PKCE,
+   * its one redirect URI under PUBLIC_URL. Written at every start, so PUBLIC_URL may change and an
+   * operator who removed it gets it back; listed like any other client.
+   */
+  async ensureConsoleClient(redirectUri: string): Promise<void> {
+    const registration = validated(withDefaults({ name: 'Portcullis console', type: 'public', redirect_uris: [redirectUri], first_party: true, scopes: ['openid', 'profile', 'email'], grant_types: ['authorization_code'] }))
+    const metadata = JSON.stringify(registration)
+    const now = this.deps.clock.now()
+    const existing = await clientStore.find(this.db, CONSOLE_CLIENT_ID)
+    if (existing?.metadata === metadata) return
+    if (existing) await clientStore.update(this.db, CONSOLE_CLIENT_ID, { metadata })
+    else await clientStore.insert(this.db, { client_id: CONSOLE_CLIENT_ID, metadata, secret: null, created_at: now, updated_at: now, dynamic: 0, last_used_at: null }).catch(async (error: unknown) => {
+      // Another instance wrote it at the same moment.
+      if (!(await clientStore.find(this.db, CONSOLE_CLIENT_ID))) throw error
+    })
   }
 
   /** Retention: removes dynamic clients unused since `before`, each with what it holds (as remove does). */

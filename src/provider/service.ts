@@ -316,6 +316,22 @@ export class ProviderService {
     return (await this.loaded()).provider
   }
 
+  /**
+   * The grant reference of an access token the provider issued (an opaque one, for userinfo): how a
+   * first-party client of Portcullis's own (the console) ties its session to the person's grant,
+   * which ends with all their sessions (src/auth/sign-out.ts). Null for an unknown token.
+   */
+  async grantOfAccessToken(token: string): Promise<string | null> {
+    const library = (await this.provider()) as unknown as { AccessToken: { find(token: string): Promise<{ grantId?: string } | undefined> } }
+    const found = await library.AccessToken.find(token)
+    return found?.grantId ? this.grantReference(found.grantId) : null
+  }
+
+  /** Whether the grant behind a reference is still the user's (not revoked, not expired). */
+  async grantStands(grantRef: string, userId: string): Promise<boolean> {
+    return (await records.grantOwner(this.deps.db.kysely, grantRef, this.deps.clock.now())) === userId
+  }
+
   private current(): RequestState | undefined {
     const ctx = this.library?.Provider.ctx as KoaContextWithOIDC | undefined
     if (!ctx) return undefined
