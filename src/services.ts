@@ -144,7 +144,7 @@ export interface AppServices {
   imports: ImportService
   /** Lazy migration's questions to the old system (src/imports/legacy.ts). */
   legacy: LegacyVerifier
-  /** The imported hash every password check spends while one is left (src/imports/timing.ts). */
+  /** The imported hash every failing password check spends while one is left (src/imports/timing.ts). */
   importedHashes: ImportedHashSample
   watchlists: WatchlistService
   feed: ChangeFeed
@@ -215,7 +215,7 @@ async function startInfrastructure(config: Config, overrides: AppOverrides, logg
   await identityProviders.start()
   started.push(() => identityProviders.stop())
   const dropped = metrics.counter({ name: 'portcullis_background_tasks_dropped_total', help: 'Work after an answer (mail, audit of refusals) dropped because too many such tasks were pending, by task.', labelNames: ['task'] as const })
-  // While accounts are still on imported hashes, every password check spends one of those too (src/imports/timing.ts).
+  // While accounts are still on imported hashes, every failing password check spends one of those too (src/imports/timing.ts).
   const importedHashes = new ImportedHashSample(db, logger)
   await importedHashes.start()
   started.push(() => importedHashes.stop())

@@ -287,8 +287,9 @@ export function firebaseParamsProblem(params: FirebaseParams): string | null {
  * imported one). The work is the same whatever the address (docs/migrating.md, "Timing and
  * enumeration"): a wrong password for an imported hash also spends one argon2id check (a right one
  * is rehashed by the login, which spends that argon2id), and while `sample` gives an imported hash,
- * every other check (today's argon2id, an account without a password, an unknown address) also
- * spends a check of it (src/imports/timing.ts).
+ * every other check that fails (a wrong password for today's argon2id, an account without a
+ * password, an unknown address) also spends a check of it (src/imports/timing.ts). A right password
+ * for today's argon2id spends nothing more: success tells that the account exists anyway.
  */
 export function withImportedFormats(inner: PasswordHasher, firebase: FirebaseParams | null, sample: () => string | null = () => null): PasswordHasher {
   const own = (stored: string) => stored === '!' || stored === LEGACY_PASSWORD || !inner.needsRehash(stored)
@@ -312,8 +313,10 @@ export function withImportedFormats(inner: PasswordHasher, firebase: FirebasePar
     async verify(stored, password) {
       if (own(stored)) {
         const right = await inner.verify(stored, password)
-        // Lazy migration's accounts ask the old system instead (src/auth/password-check.ts).
-        if (stored !== LEGACY_PASSWORD) await spendSample()
+        // Only a wrong password needs to look like an imported account's or an unknown address's: a
+        // right one says the account exists anyway, so it signs in at argon2id's cost alone. Lazy
+        // migration's accounts ask the old system instead (src/auth/password-check.ts).
+        if (!right && stored !== LEGACY_PASSWORD) await spendSample()
         return right
       }
       const right = await check(stored, password)

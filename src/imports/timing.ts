@@ -6,12 +6,12 @@ import type { Logger } from '../logger.ts'
 const REFRESH_MS = 60_000
 
 /**
- * The imported hash every password check also spends while any account is still on one
+ * The imported hash every failing password check also spends while any account is still on one
  * (docs/migrating.md, "Timing and enumeration"). Without it a wrong password for an imported
  * account (its old hash, then an argon2id check) would answer later than one for a native account or
  * an unknown address (one argon2id check each), and an attacker could tell which addresses have
- * accounts that moved in. With it every check is the same work: the account's own hash and one
- * check of the other kind. This is one real hash of an account still waiting for its first sign-in
+ * accounts that moved in. With it every failing check is the same work: the account's own hash and
+ * one check of the other kind (a success needs no disguise: it says the account exists anyway). This is one real hash of an account still waiting for its first sign-in
  * (users_imported_hash_idx, migration 0022), checked against a random password, so it costs what the
  * imported accounts cost; it is already in the database, and nothing here ever shows it. When the
  * last imported hash has been replaced, the extra check stops by itself.

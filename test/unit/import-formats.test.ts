@@ -94,7 +94,7 @@ describe('imported hash formats', () => {
     assert.equal(await hasher.verify(own, 'correct horse battery'), true)
   })
 
-  test('while an imported hash is left, every other check spends one check of it: an unknown address, a native account, an account without a password; an imported one spends argon2id instead', async () => {
+  test('while an imported hash is left, every other failing check spends one check of it: an unknown address, a wrong password for a native account, an account without a password; an imported one spends argon2id instead; a right native password spends nothing more', async () => {
     const inner = createArgon2Hasher({ memoryCost: 256, timeCost: 1, parallelism: 1 })
     const imported = bcrypt.hashSync('someone else entirely', 4)
     let spent = 0
@@ -104,13 +104,14 @@ describe('imported hash formats', () => {
     assert.equal(await hasher.verifyDummy('an unknown address'), false)
     assert.equal(spent, 1)
     assert.equal(await hasher.verify(own, 'my own password here'), true)
+    assert.equal(spent, 1, 'a right password for a native account spends nothing more')
     assert.equal(await hasher.verify(own, 'not my password'), false)
-    assert.equal(spent, 3)
+    assert.equal(spent, 2)
     assert.equal(await hasher.verify('!', 'no password at all'), false)
-    assert.equal(spent, 4)
+    assert.equal(spent, 3)
     assert.equal(await hasher.verify(imported, 'a wrong guess here'), false)
     // The dummies counted: the unknown address's, then the imported account's (the one without a password spends its own inside inner.verify).
-    assert.deepEqual([spent, dummies], [4, 2], 'the imported account spends argon2id, not the sample')
+    assert.deepEqual([spent, dummies], [3, 2], 'the imported account spends argon2id, not the sample')
     const none = withImportedFormats(inner, null, () => null)
     assert.equal(await none.verify(own, 'my own password here'), true, 'with no imported hash left, only argon2id')
   })
