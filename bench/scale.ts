@@ -2,16 +2,19 @@
 // thousand users and with a million (per user 2 sessions, 1 watchlist, 5 audit events;
 // bench/lib/bulk-seed.ts), on SQLite and on PostgreSQL, in one run. For each it reports start-up
 // time, RSS, p50/p99 and req/s of login, refresh, a bearer read, a watchlist write, the admin
-// searches, and the p99 of /healthz probes sent while each admin query runs in a loop; then one
-// Markdown table with the ratio of the largest population to the smallest beside the goals.
+// searches, the operators' console's users pages (issue 44: the first page, an address search, a
+// user's page, with an operator's console session; bench/lib/console-session.ts), and the p99 of
+// /healthz probes sent while each admin query runs in a loop; then one Markdown table with the
+// ratio of the largest population to the smallest beside the goals.
 //   npm run bench:scale
 //   BENCH_SCALE_USERS=1000,20000 npm run bench:scale        (a quick check)
 // Environment: BENCH_SCALE_USERS (default 1000,1000000), BENCH_SCALE_ENGINES (sqlite,postgres),
 // BENCH_SCALE_SECONDS (10, each measured case), BENCH_SCALE_WARMUP (2), BENCH_SCALE_CONNECTIONS
-// (16; login always 8, admin queries one at a time), BENCH_SCALE_PROBE_MS (50, the /healthz
-// probes' spacing), BENCH_SCALE_BUILD (another built tree to run, its dist/, package.json and bin/,
-// for instance one made with `git archive COMMIT | tar -x -C DIR`, node_modules linked, `npm run
-// build` there: a before-and-after without touching this checkout), BENCH_SCALE_DIR
+// (16; login always 8, admin queries one at a time), BENCH_SCALE_CONSOLE_CONNECTIONS (4, the
+// console's pages), BENCH_SCALE_PROBE_MS (50, the /healthz probes' spacing), BENCH_SCALE_BUILD
+// (another built tree to run, its dist/, package.json and bin/, for instance one made with `git
+// archive COMMIT | tar -x -C DIR`, node_modules linked, `npm run build` there: a before-and-after
+// without touching this checkout), BENCH_SCALE_DIR
 // (/tmp/portcullis-scale), BENCH_SCALE_PG_PORT (55488). BENCH_SCALE_KEEP=1 keeps the seeded
 // databases (and the PostgreSQL cluster, stopped) for a later BENCH_SCALE_REUSE=1 run, which uses
 // them instead of seeding again (migrating them first if the build brings new migrations).
@@ -25,6 +28,7 @@ import {
   canLogIn, emailOf, localOf, PASSWORD, pgBytes, pgCleanup, pgCount, pgTopUp, RARE_TYPE, spreadUsers,
   sqliteBytes, sqliteCleanup, sqliteCount, sqliteTopUp, withPg, WRITE_NAME, type Prunable,
 } from './lib/bulk-seed.ts'
+import { consoleSignIn, makeOperator, sessionLives, CONSOLE_COOKIE, type ConsoleOperator } from './lib/console-session.ts'
 import { autocannonVersion, loadInChild, loadUntilStopped, trickle, type LoadResult, type LoadSpec } from './lib/load.ts'
 import { mb, pause, times } from './lib/report.ts'
 import { BENCH_ENV, cli, freePort, startServer, type BenchServer } from './lib/server.ts'
@@ -36,6 +40,8 @@ const SECONDS = Number(process.env.BENCH_SCALE_SECONDS ?? 10)
 const WARMUP = Number(process.env.BENCH_SCALE_WARMUP ?? 2)
 const CONNECTIONS = Number(process.env.BENCH_SCALE_CONNECTIONS ?? 16)
 const LOGIN_CONNECTIONS = 8
+/** The console's pages: a few operators at once. */
+const CONSOLE_CONNECTIONS = Number(process.env.BENCH_SCALE_CONSOLE_CONNECTIONS ?? 4)
 const ROOT = process.env.BENCH_SCALE_DIR ?? '/tmp/portcullis-scale'
 const PG_PORT = Number(process.env.BENCH_SCALE_PG_PORT ?? 55488)
 const KEEP = Boolean(process.env.BENCH_SCALE_KEEP)
@@ -183,6 +189,23 @@ const adminCases = (users: number): AdminCase[] => [
   { name: `GET /admin/events?type=<rare type> (${RARE_TYPE})`, short: 'rare events', path: `/admin/events?type=${RARE_TYPE}` },
 ]
 
+/** The console's pages measured (issue 44, item 5), with an operator's console session. */
+interface ConsoleCase {
+  name: string
+  short: string
+  /** Under the console's path (/console). */
+  page: string
+}
+
+/** The seeded user whose page is read and whose address is searched for: one in the middle. */
+const middleOf = (users: number) => Math.floor(users / 2)
+
+const consoleCases = (users: number, middleId: string): ConsoleCase[] => [
+  { name: 'GET /console/users (the first page, oldest first)', short: 'first page', page: '/users' },
+  { name: 'GET /console/users?email=<one-address prefix>', short: 'search', page: `/users?email=${encodeURIComponent(`${localOf(middleOf(users))}@`)}` },
+  { name: 'GET /console/users/{id} (a seeded user in the middle)', short: "a user's page", page: `/users/${middleId}` },
+]
+
 interface Measured {
   seed: Seed
   bytes: number
@@ -195,6 +218,8 @@ interface Measured {
   cases: Record<string, LoadResult>
   /** How many rows each admin query answered with (a sanity check of the population). */
   matches: Record<string, number>
+  /** What each console page showed before it was measured: users listed, or the page's size. */
+  consolePages: Record<string, string>
   healthIdle: LoadResult
   healthDuring: Record<string, { probe: LoadResult; admin: LoadResult }>
   retention?: { during: LoadResult; after: LoadResult; added: Prunable; prunedDuring: Prunable; left: Prunable }
@@ -210,7 +235,15 @@ interface Running {
   readers: Tokens[]
   writers: Tokens[]
   logins: number[]
-  measured: Partial<Measured> & { cases: Record<string, LoadResult>; healthDuring: Measured['healthDuring']; matches: Record<string, number>; loads: number[] }
+  console: {
+    operator: ConsoleOperator
+    /** The `portcullis_console` cookie's value: renewed before a case if the session has ended. */
+    token: string
+    /** The console's path under PUBLIC_URL (/console) and the middle seeded user's id. */
+    path: string
+    middleId: string
+  }
+  measured: Partial<Measured> & { cases: Record<string, LoadResult>; healthDuring: Measured['healthDuring']; matches: Record<string, number>; consolePages: Record<string, string>; loads: number[] }
 }
 
 const access = (list: Tokens[]) => list.map((t) => t.access_token)
@@ -238,7 +271,10 @@ async function timedLoad(run: Running, name: string, spec: Omit<LoadSpec, 'secon
 /** Migrates (the build may bring migrations), starts once (keys, secrets), then the timed start; logs in the users the cases rotate through. */
 async function bringUp(seed: Seed): Promise<Running> {
   const { env, users } = seed
-  const run: Running = { seed, port: await freePort(), service: undefined as unknown as BenchServer, readers: [], writers: [], logins: [], measured: { seed, cases: {}, healthDuring: {}, matches: {}, loads: [] } }
+  const run: Running = {
+    seed, port: await freePort(), service: undefined as unknown as BenchServer, readers: [], writers: [], logins: [],
+    console: undefined as unknown as Running['console'], measured: { seed, cases: {}, healthDuring: {}, matches: {}, consolePages: {}, loads: [] },
+  }
   note(run, 'migrate, first start, timed start')
   const began = performance.now()
   run.measured.migrate = cli(['migrate'], env, BUILD)
@@ -254,11 +290,56 @@ async function bringUp(seed: Seed): Promise<Running> {
   run.readers = tokens.filter((_, k) => k % 5 === 0)
   run.writers = tokens.filter((_, k) => k % 5 !== 0)
   run.logins = spreadUsers(users, LOGIN_USERS).filter(canLogIn)
+  await openConsole(run)
   return run
 }
 
+/**
+ * The console's operator and session (bench/lib/console-session.ts): an account registered on this
+ * seed, its address verified and the operator role given by the CLI, a TOTP factor; kept beside
+ * the seed, so a BENCH_SCALE_REUSE run signs the same one in again (a new one if that fails).
+ */
+async function openConsole(run: Running): Promise<void> {
+  const { seed } = run
+  const file = path.join(seedDir(seed.engine, seed.users), 'console-operator.json')
+  let operator = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as ConsoleOperator) : undefined
+  let signedIn: Awaited<ReturnType<typeof consoleSignIn>> | undefined
+  if (operator) {
+    try {
+      signedIn = await consoleSignIn(run.service.base, operator)
+    } catch (error) {
+      log(`  ${seed.engine} ${label(seed.users)}: the kept console operator ${operator.email} could not sign in (${(error as Error).message.slice(0, 200)}); making a new one`)
+      operator = undefined
+    }
+  }
+  if (!operator) {
+    operator = await makeOperator(run.service.api, (args) => cli(args, seed.env, BUILD), `scale-console-${Date.now().toString(36)}@example.com`)
+    signedIn = await consoleSignIn(run.service.base, operator)
+  }
+  writeFileSync(file, JSON.stringify(operator, null, 2))
+  const middle = `${localOf(middleOf(seed.users))}@`
+  const found = (await (await fetch(`${run.service.api}/admin/users?email=${encodeURIComponent(middle)}`, { headers: { authorization: `Bearer ${seed.apiKey}` } })).json()) as { data?: { users?: { user_id: string }[] } }
+  const middleId = found.data?.users?.[0]?.user_id
+  if (!middleId) throw new Error(`no seeded user ${middle} found: ${JSON.stringify(found).slice(0, 300)}`)
+  run.console = { operator, token: signedIn!.token, path: signedIn!.path, middleId }
+}
+
+/** The console's session, signed in again if it has ended (30 minutes idle, 12 hours old). */
+async function liveConsole(run: Running): Promise<void> {
+  if (await sessionLives(run.service.base, run.console.path, run.console.token)) return
+  log(`  ${run.seed.engine} ${label(run.seed.users)}: the console session had ended; signing in again`)
+  const { token } = await consoleSignIn(run.service.base, run.console.operator, run.console.path)
+  run.console.token = token
+  writeFileSync(path.join(seedDir(run.seed.engine, run.seed.users), 'console-operator.json'), JSON.stringify(run.console.operator, null, 2))
+}
+
+const consoleUrl = (run: Running, c: ConsoleCase) => `${run.service.base}${run.console.path}${c.page}`
+const consoleHeaders = (run: Running) => ({ cookie: `${CONSOLE_COOKIE}=${run.console.token}` })
+
 interface Case {
   key: string
+  /** Made ready first (outside the measured time). */
+  before?: (run: Running) => Promise<void>
   spec: (run: Running) => Omit<LoadSpec, 'seconds' | 'warmupSeconds'>
 }
 
@@ -282,6 +363,11 @@ function cases(): Case[] {
       key: c.name,
       spec: (run: Running) => ({ url: `${api(run)}${adminCases(run.seed.users)[n]!.path}`, headers: admin(run), connections: 1, sequential: { minRequests: 3 } }),
     })),
+    ...consoleCases(1000, '').map((c, n) => ({
+      key: c.name,
+      before: liveConsole,
+      spec: (run: Running) => ({ url: consoleUrl(run, consoleCases(run.seed.users, run.console.middleId)[n]!), headers: consoleHeaders(run), connections: CONSOLE_CONNECTIONS }),
+    })),
   ]
 }
 
@@ -299,10 +385,20 @@ async function measureEngine(seeds: Seed[]): Promise<Measured[]> {
         const body = (await (await fetch(`${run.service.api}${route}`, { headers: { authorization: `Bearer ${run.seed.apiKey}` } })).json()) as { data?: { users?: unknown[]; events?: unknown[] } }
         run.measured.matches[name] = (body.data?.users ?? body.data?.events ?? []).length
       }
+      for (const c of consoleCases(run.seed.users, run.console.middleId)) {
+        const response = await fetch(consoleUrl(run, c), { headers: consoleHeaders(run), redirect: 'manual' })
+        const text = await response.text()
+        if (response.status !== 200) throw new Error(`${c.name} answered ${response.status} before it was measured`)
+        const listed = text.split(`href="${run.console.path}/users/`).length - 1
+        run.measured.consolePages[c.name] = c.page.startsWith('/users/') ? `${Math.round(text.length / 1024)} kB` : `${listed} user${listed === 1 ? '' : 's'} listed`
+      }
     }
     let k = 0
-    for (const { key, spec } of cases()) {
-      for (const run of inTurn(runs, k++)) run.measured.cases[key] = await timedLoad(run, key, spec(run))
+    for (const { key, before, spec } of cases()) {
+      for (const run of inTurn(runs, k++)) {
+        await before?.(run)
+        run.measured.cases[key] = await timedLoad(run, key, spec(run))
+      }
     }
     for (const run of inTurn(runs, k++)) {
       note(run, '/healthz alone')
@@ -395,6 +491,7 @@ function rows(measured: Measured[]): Row[] {
     caseRow(`GET /watchlists (bearer read), ${CONNECTIONS} conns`, 'read'),
     caseRow(`POST /watchlists (write), ${CONNECTIONS} conns`, 'write'),
     ...names.map((name) => caseRow(`${name}, one at a time`, name)),
+    ...consoleCases(1000, '').map(({ name }) => caseRow(`${name}, console session, ${CONSOLE_CONNECTIONS} conns`, name, 'p99 <= 100 ms')),
     { name: `/healthz alone, a probe every ${PROBE_INTERVAL_MS} ms: p99`, cell: (m) => probe(m.healthIdle), ratio: (a, b) => times(b.healthIdle.p99 / a.healthIdle.p99), goal: '' },
     ...names.map((name) => ({
       name: `/healthz p99 while ${name.replace(/^GET /, '')} loops`,
@@ -449,6 +546,7 @@ function setup(): string {
     `- the service: \`npm start\`'s node arguments on dist/server.js, a process of its own (bench/lib/server.ts), LOG_LEVEL=${BENCH_ENV.LOG_LEVEL}${process.env.LOG_LEVEL ? '' : ' (the default)'} to /dev/null; per-address limits lifted; PostgreSQL: scripts/pg-throwaway.sh's cluster (fsync=off), pool of 10`,
     `- loader: autocannon ${autocannonVersion} in a child process (bench/lib/load.ts), ${WARMUP} s warm-up then ${SECONDS} s measured per case; p50/p99 from each 2xx response's own time`,
     `- connections: login ${LOGIN_CONNECTIONS} (rotating over ${LOGIN_USERS} seeded users), refresh / bearer read ${CONNECTIONS} (rotating over ${READERS} users' tokens), write ${CONNECTIONS} (over ${WRITERS} users), each connection through all of them from its own starting point; admin queries one at a time with an API key, for ${SECONDS} s and at least 3 queries`,
+    `- console pages: ${CONSOLE_CONNECTIONS} connections with an operator's console session cookie (an account registered through the API, its address verified and the operator role given with the CLI, a TOTP factor from oathtool, signed in at /console/sign-in through the provider's pages as a browser: bench/lib/console-session.ts); the search is the middle seeded user's \`local@\`, the user's page that user's`,
     `- /healthz probes: one every ${PROBE_INTERVAL_MS} ms for ${SECONDS} s, open loop (a stall delays every probe sent during it), from this process while a child loops one admin query`,
   ].join('\n')
 }
@@ -472,6 +570,8 @@ try {
   const shortOf = new Map(adminCases(1000).map((c) => [c.name, c.short]))
   const one = measured.map((m) => `${m.seed.engine} ${label(m.seed.users)}: ${Object.entries(m.matches).map(([name, n]) => `${shortOf.get(name)} ${n}`).join(', ')}`)
   console.log(`\nRows on the admin queries' first page: ${one.join('; ')}`)
+  const consoleShort = new Map(consoleCases(1000, '').map((c) => [c.name, c.short]))
+  console.log(`The console's pages before they were measured: ${measured.map((m) => `${m.seed.engine} ${label(m.seed.users)}: ${Object.entries(m.consolePages).map(([name, what]) => `${consoleShort.get(name)} ${what}`).join(', ')}`).join('; ')}`)
   const rows = (p: Prunable) => `${p.sessions} sessions, ${p.tokens} tokens, ${p.events} events`
   const kept = measured.filter((m) => m.retention).map((m) => `${m.seed.engine} ${label(m.seed.users)}: put back ${rows(m.retention!.added)}; pruned during the reads ${rows(m.retention!.prunedDuring)}; left when the passes went idle (or after 2 min) ${rows(m.retention!.left)}`)
   if (kept.length) console.log(`Retention case: ${kept.join('; ')}`)
