@@ -133,9 +133,19 @@ const PREPARABLE = /^\s*(select|insert|update|delete|with)\b/i
  * and only the first 500 distinct texts, so a query built with a varying shape cannot grow the
  * server's per-connection statement list without bound.
  */
-function namedStatements(pool: PgModule.Pool) {
+function namedStatements(pool: PgModule.Pool, checkout: () => Promise<PgModule.PoolClient> = () => pool.connect()) {
   const names = new Map<string, string>()
   const wrapped = new WeakMap<PgModule.PoolClient, PgModule.PoolClient>()
+  // A connection whose query failed because the server went away, or turned out to be read-only,
+  // is ended on release rather than kept: the next checkout opens a new one, on the primary.
+  const condemned = new WeakSet<PgModule.PoolClient>()
+  const watched = (client: PgModule.PoolClient, result: unknown): unknown => {
+    if (typeof (result as Promise<unknown> | undefined)?.then !== 'function') return result
+    return (result as Promise<unknown>).catch((error: unknown) => {
+      if (isDatabaseUnavailable(error)) condemned.add(client)
+      throw error
+    })
+  }
   const nameOf = (text: string): string | undefined => {
     let name = names.get(text)
     if (name === undefined && names.size < NAMED_STATEMENTS_MAX && PREPARABLE.test(text)) {
@@ -151,17 +161,17 @@ function namedStatements(pool: PgModule.Pool) {
         query: {
           value: (text: unknown, values?: unknown[]) => {
             const name = typeof text === 'string' ? nameOf(text) : undefined
-            return name ? client.query({ name, text: text as string, values }) : client.query(text as string, values)
+            return watched(client, name ? client.query({ name, text: text as string, values }) : client.query(text as string, values))
           },
         },
-        release: { value: (error?: Error | boolean) => client.release(error) },
+        release: { value: (error?: Error | boolean) => client.release(condemned.delete(client) || error) },
       }) as PgModule.PoolClient
       wrapped.set(client, proxy)
     }
     return proxy
   }
   return {
-    connect: async () => wrap(await pool.connect()),
+    connect: async () => wrap(await checkout()),
     end: () => pool.end(),
     size: () => names.size,
     texts: () => [...names.keys()],
@@ -172,8 +182,12 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
   // pg's load-time probe for Cloudflare Workers stops at `navigator`, which Node has since 21, so it
   // never touches `Response` (whose first touch would load Node's whole fetch implementation).
   const pg = load<typeof PgModule>('pg')
+  const target = parsePostgresUrl(connectionString)
+  // One host and no session requirement: the URL goes to pg as it is, as it always did.
+  const plain = target.hosts.length === 1 && target.targetSessionAttrs === 'any'
+  const hosts = plain ? undefined : failover(pg, target)
   const pool = new pg.Pool({
-    connectionString,
+    ...(hosts ? { Client: hosts.Client as unknown as new () => PgModule.ClientBase } : { connectionString }),
     max: 10,
     // Fail fast while the database is away, so callers get 503 quickly instead of hanging.
     connectionTimeoutMillis: 2000,
@@ -187,7 +201,7 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
   // A connection that dies while checked out emits 'error' on its client; without a listener
   // that would crash the process. The query itself still rejects and answers 503.
   pool.on('connect', (client) => client.on('error', (error) => onPoolError?.(error)))
-  const named = namedStatements(pool)
+  const named = namedStatements(pool, hosts && (() => hosts.connect(pool)))
   const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool: named }) })
   return {
     kysely,
@@ -201,6 +215,154 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
       await kysely.destroy()
     },
   }
+}
+
+/** Where a PostgreSQL URL points: its hosts, in order, and what a connection must find there. */
+export interface PostgresTarget {
+  hosts: { host: string; port: number | undefined }[]
+  /** libpq's `target_session_attrs`: 'read-write' keeps only a server that accepts writes (the primary). */
+  targetSessionAttrs: 'any' | 'read-write'
+  /** One single-host URL per host, without `target_session_attrs`: the form pg itself parses. */
+  urls: string[]
+}
+
+const URL_PARTS = /^(postgres(?:ql)?:\/\/)([^/?#]*)(.*)$/is
+const HOST_ENTRY = /^(\[[0-9A-Fa-f:.]+(?:%[^\]]+)?\]|[^:[\]]*)(?::(\d{1,5}))?$/
+const SESSION_ATTRS = new Set(['any', 'read-write'])
+
+/**
+ * Reads libpq's multi-host URL form, `postgres://user@h1:p1,h2:p2/db?target_session_attrs=read-write`,
+ * which pg does not understand: the host list is split into one URL per host (user, password,
+ * database and every other parameter kept as written). A URL with one host comes back with that
+ * one host. Messages never quote the URL, which may hold a password.
+ */
+export function parsePostgresUrl(url: string): PostgresTarget {
+  const parts = URL_PARTS.exec(url)
+  if (!parts) throw new Error('DATABASE_URL: not a postgres:// URL')
+  const [, scheme, authority, rest] = parts as unknown as [string, string, string, string]
+  const at = authority.lastIndexOf('@')
+  const userinfo = authority.slice(0, at + 1)
+  const entries = authority.slice(at + 1).split(',')
+
+  const queryAt = rest.indexOf('?')
+  const fragmentAt = rest.indexOf('#', queryAt === -1 ? 0 : queryAt)
+  const path = queryAt === -1 ? rest : rest.slice(0, queryAt)
+  const query = queryAt === -1 ? '' : rest.slice(queryAt + 1, fragmentAt === -1 ? undefined : fragmentAt)
+  const fragment = fragmentAt === -1 ? '' : rest.slice(fragmentAt)
+  let targetSessionAttrs = 'any'
+  const kept = query.split('&').filter((pair) => {
+    if (!/^target_session_attrs=/i.test(pair)) return pair !== ''
+    targetSessionAttrs = decodeURIComponent(pair.slice(pair.indexOf('=') + 1))
+    return false
+  })
+  if (!SESSION_ATTRS.has(targetSessionAttrs)) {
+    throw new Error(`DATABASE_URL: target_session_attrs=${targetSessionAttrs} is not supported (any or read-write)`)
+  }
+  const tail = path + (kept.length > 0 ? `?${kept.join('&')}` : '') + fragment
+
+  const hosts = entries.map((entry, index) => {
+    const match = HOST_ENTRY.exec(entry)
+    // One host is pg's to read, as it always was; only a list is this function's to check.
+    if (entries.length === 1 && !match) return { host: entry, port: undefined }
+    if (!match || (entries.length > 1 && match[1] === '')) throw new Error(`DATABASE_URL: host ${index + 1} of ${entries.length} is not host[:port]`)
+    const port = match[2] === undefined ? undefined : Number(match[2])
+    if (port !== undefined && (port < 1 || port > 65535)) throw new Error(`DATABASE_URL: host ${index + 1} has port ${port}, outside 1-65535`)
+    return { host: match[1]!.replace(/^\[(.*)\]$/, '$1'), port }
+  })
+  return { hosts, targetSessionAttrs: targetSessionAttrs as PostgresTarget['targetSessionAttrs'], urls: entries.map((entry) => scheme + userinfo + entry + tail) }
+}
+
+/**
+ * libpq's multi-host behaviour, which pg lacks: a pg Client class for the pool that opens each
+ * connection on a host of the list, and the checkout that tries the hosts in turn. A checkout
+ * starts at the host that last worked (at first the first one listed) and goes down the list,
+ * wrapping around, until a host gives a connection: one that is refused or times out is skipped,
+ * and so is one that turns out to be read-only while `target_session_attrs=read-write` asks for
+ * the primary (that connection is ended). When every host failed, one error says why for each (a 503).
+ * Starting from the host that worked, rather than from the first each time as libpq does, spares
+ * each new connection the timeout of a first host that is down or unreachable. The pool replaces
+ * connections as they break, and the new ones land on the new primary.
+ */
+function failover(pg: typeof PgModule, target: PostgresTarget) {
+  const count = target.urls.length
+  /** The host a new connection starts from: the last one that worked. */
+  let preferred = 0
+  /** The host the checkout under way asks for (pg-pool makes its client synchronously). */
+  let pinned: number | undefined
+  /** A connection failure of one host (refused, timed out, read-only), and which host: the next may do better. */
+  const failedOn = new WeakMap<object, number>()
+  const hostOf = (error: unknown): number | undefined =>
+    typeof error === 'object' && error !== null ? (failedOn.get(error) ?? failedOn.get((error as { cause?: object }).cause ?? {})) : undefined
+
+  class FailoverClient extends pg.Client {
+    readonly #index: number
+
+    constructor(config: PgModule.ClientConfig) {
+      const index = pinned ?? preferred
+      super({ ...config, connectionString: target.urls[index]! })
+      this.#index = index
+    }
+
+    // pg-pool calls connect with a callback; Kysely never calls it on a client.
+    override connect(): Promise<PgModule.Client>
+    override connect(callback: ((error: Error) => void) | ((error: null, client: PgModule.Client) => void)): void
+    override connect(callback?: ((error: Error) => void) | ((error: null, client: PgModule.Client) => void)): Promise<PgModule.Client> | void {
+      const opened = this.#open()
+      if (!callback) return opened
+      const done = callback as (error: Error | null, client?: PgModule.Client) => void
+      opened.then(() => done(null, this), (error: Error) => done(error))
+    }
+
+    async #open(): Promise<PgModule.Client> {
+      let connected = false
+      try {
+        await super.connect()
+        connected = true
+        if (target.targetSessionAttrs === 'read-write') {
+          // libpq's own test: a standby, or a server set to default_transaction_read_only, refuses writes.
+          const { rows } = await this.query<{ transaction_read_only: string }>('show transaction_read_only')
+          if (rows[0]?.transaction_read_only !== 'off') throw Object.assign(new Error('read-only (a standby?)'), { code: '25006' })
+        }
+        preferred = this.#index
+        return this
+      } catch (error) {
+        if (typeof error === 'object' && error !== null) failedOn.set(error, this.#index)
+        if (connected) this.end().catch(() => {})
+        throw error
+      }
+    }
+  }
+
+  const label = (index: number) => `${target.hosts[index]!.host}:${target.hosts[index]!.port ?? 5432}`
+
+  async function connect(pool: PgModule.Pool): Promise<PgModule.PoolClient> {
+    const start = preferred
+    const failures: string[] = []
+    for (let attempt = 0; ; attempt++) {
+      const index = (start + attempt) % count
+      pinned = index
+      let checkout: Promise<PgModule.PoolClient>
+      try {
+        // An idle connection, if there is one; else a new one, made now, on the pinned host.
+        checkout = pool.connect()
+      } finally {
+        pinned = undefined
+      }
+      try {
+        return await checkout
+      } catch (error) {
+        const host = hostOf(error)
+        if (host === undefined) throw error
+        failures.push(`${label(host)} ${(error as Error).message}`)
+        if (attempt + 1 < count) continue
+        // 08001, as libpq's "could not connect": every host was tried; the caller answers 503.
+        const wanted = target.targetSessionAttrs === 'read-write' ? 'a read-write session' : 'a connection'
+        throw Object.assign(new Error(`no database host gave ${wanted}: ${failures.join('; ')}`, { cause: error }), { code: '08001' })
+      }
+    }
+  }
+
+  return { Client: FailoverClient, connect }
 }
 
 /** Every migration in order; a few need to know the engine (identity columns, clock defaults). */
@@ -249,7 +411,14 @@ export function isUniqueViolation(error: unknown): boolean {
 }
 
 const UNAVAILABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH', 'EPIPE', 'EAI_AGAIN'])
-const UNAVAILABLE_MESSAGES = [/Connection terminated/i, /timeout exceeded when trying to connect/i, /Client has encountered a connection error/i, /connection is closed/i]
+const UNAVAILABLE_MESSAGES = [
+  /Connection terminated/i,
+  /timeout exceeded when trying to connect/i,
+  /Client has encountered a connection error/i,
+  /connection is closed/i,
+  // pg's answer to a query on a connection that has already failed.
+  /Client was closed and is not queryable/i,
+]
 
 /**
  * True when the error means "the database cannot be reached right now" rather than a bug:
@@ -262,6 +431,9 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     if (UNAVAILABLE_NODE_CODES.has(code)) return true
     // PostgreSQL classes 08 (connection exception), 53 (insufficient resources), 57P (operator intervention).
     if (/^(08|53)[0-9A-Z]{3}$/.test(code) || /^57P0[1-4]$/.test(code)) return true
+    // read_only_sql_transaction: a write reached a standby (a failover under way); the connection
+    // is dropped and the next one looks for the primary.
+    if (code === '25006') return true
     if (code === 'SQLITE_BUSY' || code.startsWith('SQLITE_IOERR') || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_FULL') return true
   }
   return UNAVAILABLE_MESSAGES.some((pattern) => pattern.test(error.message))
