@@ -29,8 +29,15 @@ import { webhookAdminRoutes } from './webhooks/routes.ts'
 import { advertiseResourceMetadata, resourceMetadataUrl } from './provider/resource.ts'
 import { protectedProviderRoutes, providerRoutes } from './provider/routes.ts'
 import { resourceAdminRoutes } from './provider/resources-routes.ts'
+import { apiKeyRoutes } from './console/api-keys.ts'
+import { clientRoutes } from './console/clients.ts'
+import { eventRoutes } from './console/events.ts'
+import { organizationRoutes } from './console/organizations.ts'
+import { resourceRoutes } from './console/resources.ts'
+import { roleRoutes } from './console/roles.ts'
 import { consoleRoutes } from './console/routes.ts'
 import { userRoutes } from './console/users.ts'
+import { webhookRoutes } from './console/webhooks.ts'
 import { startServices, type AppOverrides, type AppServices } from './services.ts'
 import { watchlistRoutes } from './watchlists/routes.ts'
 
@@ -198,7 +205,7 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
   if (config.console) {
     await app.register(consoleRoutes, {
       services, brand, publicUrl: config.publicUrl, issuer: config.provider.issuer, production: config.production, sessions: services.consoleSessions,
-      areas: [userRoutes],
+      areas: [userRoutes, eventRoutes, organizationRoutes, roleRoutes, clientRoutes, resourceRoutes, webhookRoutes, apiKeyRoutes],
     })
   }
   // Portcullis as an OpenID provider: the library's endpoints under /oauth/, and its pages (src/provider/).

@@ -294,6 +294,40 @@ export class OrganizationService {
     }
   }
 
+  /**
+   * Every organisation, oldest first, a keyset page at a time on (created_at, id), each with its
+   * member count: the operators' console reads it (src/console/organizations.ts). Read-only;
+   * operators make organisations through createByOperator.
+   */
+  async listAll(query: { limit?: number; cursor?: string }) {
+    const { rows, next_cursor } = await keysetPage(
+      this.deps.cursors, 'operator-organizations', query,
+      (after, limit) => this.db.selectFrom('organizations').select(['id', 'name', 'created_at'])
+        .where((eb) => eb(eb.refTuple('created_at', 'id'), '>', eb.tuple(after?.t ?? -1, after?.id ?? '')))
+        .orderBy('created_at').orderBy('id').limit(limit).execute(),
+      (row) => ({ t: Number(row.created_at), id: row.id }),
+    )
+    const counts = rows.length === 0
+      ? []
+      : await this.db.selectFrom('memberships').select(['organization_id', (eb) => eb.fn.countAll<number | string>().as('n')])
+        .where('organization_id', 'in', rows.map((row) => row.id)).groupBy('organization_id').execute()
+    const members = new Map(counts.map((row) => [row.organization_id, Number(row.n)]))
+    return { organizations: rows.map((row) => ({ ...organizationView(row), members: members.get(row.id) ?? 0 })), next_cursor }
+  }
+
+  /** One organisation and a keyset page of its members (user-id order), whoever asks: the operators' console. NOT_FOUND when there is none. */
+  async inspect(organizationId: string, query: { limit?: number; cursor?: string }) {
+    const row = isUuid(organizationId) ? await organizationStore.find(this.db, organizationId) : null
+    if (!row) throw new AppError('NOT_FOUND', { message: 'No organisation has this id.' })
+    const { rows, next_cursor } = await keysetPage<{ user_id: string; email: string; full_name: string; roles: string; joined_at: number }, { u: string }>(
+      this.deps.cursors, `operator-organization-members:${organizationId}`, query,
+      (after, limit) => membershipStore.page(this.db, organizationId, after?.u ?? null, limit),
+      (member) => ({ u: member.user_id }),
+      (value) => (value && typeof value.u === 'string' && isUuid(value.u) ? { u: value.u } : null),
+    )
+    return { organization: organizationView(row), member_count: await membershipStore.count(this.db, organizationId), members: rows.map(memberView), next_cursor }
+  }
+
   async rename(principal: Principal, organizationId: string, rawName: string, context: RequestContext): Promise<OrganizationView> {
     const name = this.cleanName(rawName)
     return this.change(async (trx) => {

@@ -55,6 +55,30 @@ export interface ConsoleOptions {
 
 const b64url = (bytes: Buffer) => bytes.toString('base64url')
 
+/** A refusal or a failure as a console page: its title and what to do, never an internal detail. */
+function consoleProblem(error: AppError, base: string, requestId: string): [string, Html] {
+  const back = html`<p><a href="${base}/users">Back to the console</a></p>`
+  switch (error.code) {
+    case 'AUTH_REQUIRED':
+      return ['Your console session has ended', html`<p>Nothing was changed. <a href="${base}/sign-in">Sign in again</a>.</p>`]
+    case 'FORBIDDEN':
+      return ['Not allowed', html`<p>${error.message}</p>${back}`]
+    case 'ORIGIN_NOT_ALLOWED':
+      return ['This change came from another site', html`<p>For safety the console accepts changes only from its own pages, so nothing was changed.</p>${back}`]
+    case 'HTTPS_REQUIRED':
+      return ['A secure connection is needed', html`<p>The console answers only over https://.</p>`]
+    case 'NOT_FOUND':
+      return ['Not found', html`<p>There is nothing here, or it has been removed.</p>${back}`]
+    case 'VALIDATION_ERROR':
+      return ['That could not be used', html`<p>${error.message}</p>${error.details?.length ? html`<ul>${error.details.map((detail) => html`<li>${detail.field}: ${detail.message}</li>`)}</ul>` : ''}<p>Go back and correct it.</p>`]
+    case 'RATE_LIMITED':
+      return ['Too many requests', html`<p>Try again in a minute.</p>`]
+    default:
+      if (error.status < 500) return ['That could not be done', html`<p>${error.message}</p>${back}`]
+      return ['Something went wrong', html`<p>It could not be finished on our side; try again in a few minutes. Reference: <code>${requestId}</code></p>`]
+  }
+}
+
 /**
  * The operators' console (docs/console.md): server-rendered pages under `{PUBLIC_URL}/console` for
  * users with `console:read` (reading) and `console:write` (changing). It signs operators in through
@@ -73,7 +97,11 @@ export async function consoleRoutes(app: FastifyInstance, options: ConsoleOption
     `${name}=${value}; Path=${base}; HttpOnly; SameSite=${sameSite}; Max-Age=${maxAgeSeconds}${secure ? '; Secure' : ''}`
 
   const send = (reply: FastifyReply, status: number, page: Html) => reply.code(status).header('content-security-policy', CONSOLE_CSP).type('text/html; charset=utf-8').send(page.value)
-  installFormPages(app, { brand, ownOrigin: publicUrl.origin, csp: CONSOLE_CSP, answer: send })
+  // The console's own words for what went wrong (the mailed-link pages' speak of mail and links).
+  installFormPages(app, {
+    brand, ownOrigin: publicUrl.origin, csp: CONSOLE_CSP, answer: send,
+    problem: (error, requestId) => ({ status: error.status, page: consoleMessage(brand, ...consoleProblem(error, base, requestId)) }),
+  })
 
   // Production serves the console only over HTTPS (the service itself refuses plain HTTP there too).
   app.addHook('onRequest', async (request) => {

@@ -24,7 +24,7 @@ h2{margin:2rem 0 .75rem;font-size:1.25rem}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem;margin:0 0 1.5rem}
 dt{font-weight:600}
 dd{margin:0}
-.actions{display:flex;flex-wrap:wrap;gap:.5rem;margin:0 0 1.5rem}
+.actions{display:flex;flex-wrap:wrap;gap:.5rem;align-items:flex-end;margin:0 0 1.5rem}
 .actions form{margin:0}
 .actions button,.actions a.button{width:auto}
 a.button{display:inline-block;padding:.75rem 1rem;border-radius:.375rem;background:#1d4ed8;color:#fff;font-weight:700;text-decoration:none}
@@ -35,6 +35,7 @@ form.inline button{width:auto;padding:.25rem .75rem}
 form.filters{display:flex;flex-wrap:wrap;gap:.75rem;align-items:flex-end;margin:0 0 1.5rem}
 form.filters .field{margin:0}
 form.filters button{width:auto}
+input[type=date],input[type=url],input[type=number]{display:block;width:100%;padding:.625rem .75rem;border:1px solid #6b7280;border-radius:.375rem;font:inherit;color:inherit;background:#fff}
 select,textarea{display:block;width:100%;padding:.625rem .75rem;border:1px solid #6b7280;border-radius:.375rem;font:inherit;color:inherit;background:#fff}
 textarea{min-height:8rem;font-family:ui-monospace,Menlo,Consolas,monospace}
 .notice{padding:.75rem 1rem;border-radius:.375rem;background:#ecfdf5;color:#065f46;font-weight:600}
@@ -93,7 +94,7 @@ export function consoleLayout(page: ConsolePage, area: Area | null, title: strin
 <p class="brand">${brand.appName} console</p>
 <nav class="console" aria-label="Console">
 ${AREAS.map(([key, label]) => html`<a href="${base}/${key}"${key === area ? html` aria-current="page"` : ''}>${label}</a>\n`)}</nav>
-<p class="who">Signed in as ${operator.email} (${operator.canWrite ? 'operator' : 'viewer: reading only'}). <form method="post" action="${base}/sign-out"><button type="submit">Sign out</button></form></p>
+<div class="who">Signed in as ${operator.email} (${operator.canWrite ? 'operator' : 'viewer: reading only'}). <form method="post" action="${base}/sign-out"><button type="submit">Sign out</button></form></div>
 <h1>${title}</h1>
 ${body}
 </main>

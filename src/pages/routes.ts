@@ -119,7 +119,7 @@ export function assertSameSite(request: FastifyRequest, ownOrigin: string): void
  * anything is read; the pages' own policy instead of the API's deny-all one (unless `csp` is null:
  * the routes set their own); and every failure answered as a page, never the JSON envelope.
  */
-export function installFormPages(app: FastifyInstance, options: { brand: PageBrand; ownOrigin: string; csp?: string | null; answer?: (reply: FastifyReply, status: number, page: Html) => FastifyReply }): void {
+export function installFormPages(app: FastifyInstance, options: { brand: PageBrand; ownOrigin: string; csp?: string | null; answer?: (reply: FastifyReply, status: number, page: Html) => FastifyReply; problem?: (error: AppError, requestId: string) => { status: number; page: Html } }): void {
   app.removeAllContentTypeParsers()
   app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string', bodyLimit: AUTH_BODY_LIMIT }, (_request, body, done) => {
     done(null, parseForm(body as string))
@@ -139,7 +139,7 @@ export function installFormPages(app: FastifyInstance, options: { brand: PageBra
     const appError = toAppError(error)
     logServerError(request, appError, error)
     for (const [name, value] of Object.entries(appError.headers)) reply.header(name, value)
-    const { status, page } = problemPage(options.brand, appError, request.id)
+    const { status, page } = (options.problem ?? ((e: AppError, id: string) => problemPage(options.brand, e, id)))(appError, request.id)
     return (options.answer ?? send)(reply, status, page)
   })
 }

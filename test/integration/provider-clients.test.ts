@@ -63,7 +63,7 @@ for (const engine of ENGINES) {
       assert.match(client.client_id, /^[A-Za-z0-9][A-Za-z0-9_-]{21}$/)
       assert.deepEqual(Object.keys(client), [
         'client_id', 'name', 'type', 'redirect_uris', 'post_logout_redirect_uris', 'first_party', 'scopes', 'grant_types', 'backchannel_logout_uri',
-        'pkce_required', 'token_endpoint_auth_method', 'jwks', 'jwks_uri', 'id_token_signed_response_alg', 'created_at', 'updated_at',
+        'pkce_required', 'token_endpoint_auth_method', 'jwks', 'jwks_uri', 'id_token_signed_response_alg', 'dynamic', 'created_at', 'updated_at', 'last_used_at',
       ])
       assert.deepEqual({ ...client, client_id: undefined, created_at: undefined, updated_at: undefined }, {
         client_id: undefined,
@@ -80,8 +80,10 @@ for (const engine of ENGINES) {
         jwks: null,
         jwks_uri: null,
         id_token_signed_response_alg: 'RS256',
+        dynamic: false,
         created_at: undefined,
         updated_at: undefined,
+        last_used_at: null,
       })
       assert.equal(client.created_at, new Date(t.clock.now()).toISOString())
       const got = await as(keys.read, 'GET', `/admin/clients/${client.client_id}`)
@@ -437,9 +439,9 @@ for (const engine of ENGINES) {
       assert.equal(await runCli(['clients', 'list'], env, io), 0)
       // A header row, then columns padded with two spaces or more.
       const cells = (line: string) => line.trim().split(/\s{2,}/)
-      assert.deepEqual(cells(io.stdout[0]!), ['client_id', 'name', 'type', 'first_party'])
-      assert.ok(io.stdout.some((line) => JSON.stringify(cells(line)) === JSON.stringify([id, 'Partner CLI', 'confidential', 'true'])), io.stdout.join('\n'))
-      assert.ok(io.stdout.some((line) => JSON.stringify(cells(line)) === JSON.stringify([publicAdded.client.client_id, 'App', 'public', 'false'])))
+      assert.deepEqual(cells(io.stdout[0]!), ['client_id', 'name', 'type', 'first_party', 'dynamic'])
+      assert.ok(io.stdout.some((line) => JSON.stringify(cells(line)) === JSON.stringify([id, 'Partner CLI', 'confidential', 'true', 'false'])), io.stdout.join('\n'))
+      assert.ok(io.stdout.some((line) => JSON.stringify(cells(line)) === JSON.stringify([publicAdded.client.client_id, 'App', 'public', 'false', 'false'])))
       io = capture()
       assert.equal(await runCli(['clients', 'list', '--json'], env, io), 0)
       const listed = JSON.parse(io.stdout.join('\n')) as { client_id: string }[]
