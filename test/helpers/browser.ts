@@ -207,7 +207,7 @@ window.ready = true
 
 /** A module of the built client by its file name, or null for any other name. */
 function clientModule(name: string): Buffer | null {
-  const file = /^[a-z]+\.js$/.test(name) ? path.join(CLIENT_DIR, name) : ''
+  const file = /^[a-z][a-z-]*\.js$/.test(name) ? path.join(CLIENT_DIR, name) : ''
   return file && existsSync(file) ? readFileSync(file) : null
 }
 
