@@ -1,16 +1,19 @@
 // npm run bench: the built service (this tree's dist/, built just before) against two peers measured
 // in the same run: bare Fastify (bench/peers/bare-fastify.ts, the framework's ceiling on this
-// machine) and the previous release (BENCH_PREVIOUS, default 6c3cdb5, built from git), on SQLite
-// and PostgreSQL; then the login flood (bench/flood.ts) on this tree.
+// machine) and earlier releases built from git (BENCH_PREVIOUS, default 5756967,85d932a: the first
+// is "the previous release" of the vs-previous column, and every one of them gets a standing row
+// of its own bearer read, so a regression of the read shows at once), on SQLite and PostgreSQL;
+// then the login flood (bench/flood.ts) on this tree. 5756967 is main before the turn of issues
+// 41-46; 85d932a is the release before the OpenID provider, the read's reference of issue 46.
 //
-// Each round is a bare Fastify run (with raw argon2id, login's ceiling), a run of the previous
+// Each round is a bare Fastify run (with raw argon2id, login's ceiling), a run of each earlier
 // release and a run of this tree, in an order that rotates from round to round; every run is a
 // fresh server (and PostgreSQL database) with READERS users, each case warmed up before it is
 // measured (not login and register: argon2id's cost). A ratio is the median of the rounds' ratios,
 // its range beside it; req/s, p50 and p99 are medians over the rounds.
 //
 // BENCH_SECONDS (10), BENCH_WARMUP_SECONDS (3), BENCH_PAIRS (3) rounds, BENCH_ENGINES
-// (sqlite,postgres), BENCH_PREVIOUS (a commit, or "none"), BENCH_SERVER_CPUS and BENCH_LOADER_CPUS,
+// (sqlite,postgres), BENCH_PREVIOUS (commits, comma-separated, or "none"), BENCH_SERVER_CPUS and BENCH_LOADER_CPUS,
 // LOG_LEVEL; PostgreSQL from DATABASE_URL or a throwaway cluster (bench/lib/databases.ts).
 import { rmSync } from 'node:fs'
 import path from 'node:path'
@@ -25,22 +28,24 @@ import { mb, median, met, pause, percent, range, Report, rotation, settings, sta
 import { BENCH_ENV, buildCommit, startArgs, startServer } from './lib/server.ts'
 
 const s = settings()
-const PREVIOUS = process.env.BENCH_PREVIOUS ?? '6c3cdb5'
+const PREVIOUS = (process.env.BENCH_PREVIOUS ?? '5756967,85d932a').split(',').filter((commit) => commit && commit !== 'none')
 const CONNECTIONS = 50
 const HASHING_CONNECTIONS = 8
 const READERS = 100
 const json = { 'content-type': 'application/json' }
 
-const previous = PREVIOUS === 'none' ? undefined : buildCommit(PREVIOUS)
-type Build = 'previous' | 'current'
-const trees: Record<Build, string | undefined> = { previous: previous?.tree, current: undefined }
+const earlier = PREVIOUS.map(buildCommit)
+const previous = earlier[0]
+/** 'current' (this tree) or 'previous0', 'previous1', ... (BENCH_PREVIOUS in its order). */
+type Build = string
+const trees: Record<Build, string | undefined> = { current: undefined, ...Object.fromEntries(earlier.map((build, i) => [`previous${i}`, build.tree])) }
 const databases = benchDatabases(s.engines, 'run', 55499)
 
 const report = new Report('npm run bench', s, [
   `connections: ${CONNECTIONS} for the reads and refresh, ${HASHING_CONNECTIONS} for login and register; the flood ${FLOOD_CONNECTIONS} logins beside ${READ_CONNECTIONS} reads; reads rotate through ${READERS} users' tokens`,
   `time: ${s.seconds} s measured after ${s.warmup} s of warm-up (none for login, register and the flood) on a fresh server${s.engines.includes('postgres') ? ' and PostgreSQL database' : ''} each run; ${s.rounds} rounds`,
   `server: node ${startArgs().join(' ')} (npm start's command), LOG_LEVEL=${BENCH_ENV.LOG_LEVEL}${process.env.LOG_LEVEL ? '' : " (npm start's default)"}, the log to /dev/null`,
-  `peers in the same run: bare Fastify (bench/peers/bare-fastify.ts)${previous ? ` and the previous release ${previous.commit} (BENCH_PREVIOUS; built from git with ${previous.note})` : ''}; rounds rotate the order bare, ${previous ? 'previous, ' : ''}current`,
+  `peers in the same run: bare Fastify (bench/peers/bare-fastify.ts)${earlier.length ? ` and the earlier releases ${earlier.map((build) => build.commit).join(', ')} (BENCH_PREVIOUS, the first the previous release; built from git with ${previous!.note})` : ''}; rounds rotate the order bare, ${earlier.map((build) => `${build.commit}, `).join('')}current`,
 ])
 
 async function bareRun(): Promise<LoadResult> {
@@ -133,15 +138,15 @@ async function serviceRun(build: Build, engine: string, restart: boolean): Promi
 async function engineRun(engine: string) {
   const bare: LoadResult[] = []
   const argon2: number[] = []
-  const runs: Record<Build, ServiceRun[]> = { previous: [], current: [] }
+  const runs: Record<Build, ServiceRun[]> = Object.fromEntries(Object.keys(trees).map((build) => [build, []]))
   for (let round = 0; round < s.rounds; round++) {
-    for (const slot of rotation(['bare', ...(previous ? ['previous' as const] : []), 'current'] as const, round)) {
+    for (const slot of rotation(['bare', ...earlier.map((_, i) => `previous${i}`), 'current'], round)) {
       console.error(`bench: ${engine} round ${round + 1} of ${s.rounds}: ${slot}`)
       if (slot === 'bare') {
         bare.push(await bareRun())
         argon2.push(await rawArgon2())
       } else {
-        runs[slot].push(await serviceRun(slot, engine, round === s.rounds - 1))
+        runs[slot]!.push(await serviceRun(slot, engine, round === s.rounds - 1))
       }
     }
   }
@@ -151,7 +156,9 @@ async function engineRun(engine: string) {
 
 /** The rows of the table for one engine: case, engine, req/s | p50 | p99, vs bare, vs previous, target. */
 function rows(r: Awaited<ReturnType<typeof engineRun>>): string[][] {
-  const { engine, bare, argon2, runs: { current, previous: before } } = r
+  const { engine, bare, argon2, runs } = r
+  const current = runs.current!
+  const before = runs.previous0 ?? []
   const vsPrevious = (pick: (run: ServiceRun) => number) => (before.length ? range(current.map((run, i) => pick(run) / pick(before[i]!))) : '')
   const target = (value: number, goal: number, text: string) => `${text}: ${met(value >= goal)}`
   const readTarget = engine === 'sqlite' ? 0.4 : 0.25
@@ -160,6 +167,12 @@ function rows(r: Awaited<ReturnType<typeof engineRun>>): string[][] {
   for (const [name, pick] of [['GET /watchlists', (x: ServiceRun) => x.watchlists], ['GET /auth/me', (x: ServiceRun) => x.me]] as const) {
     out.push([name, engine, stats(current.map(pick)), range(share(pick), percent), vsPrevious((x) => pick(x).rps), target(median(share(pick)), readTarget, `>= ${readTarget * 100}%`)])
   }
+  // The standing rows of the earlier releases' own bearer read, and this tree's read against each.
+  earlier.forEach((build, i) => {
+    const theirs = runs[`previous${i}`]!
+    const label = i === 0 ? 'the previous release' : 'an earlier release'
+    out.push([`GET /watchlists on ${build.commit} (${label})`, engine, stats(theirs.map((x) => x.watchlists)), range(theirs.map((run, j) => run.watchlists.rps / bare[j]!.rps), percent), `this tree ${range(current.map((run, j) => run.watchlists.rps / theirs[j]!.watchlists.rps))}`, 'this tree >= x1.00'])
+  })
   const refreshShare = share((x) => x.refresh)
   out.push(['POST /auth/refresh', engine, stats(current.map((x) => x.refresh)), range(refreshShare, percent), vsPrevious((x) => x.refresh.rps), engine === 'sqlite' ? target(median(refreshShare), 0.15, '>= 15%') : ''])
   out.push(['raw argon2id verify, 2 at a time', engine, `${Math.round(median(argon2))} | | `, '100%', '', 'baseline'])
@@ -183,7 +196,7 @@ function rows(r: Awaited<ReturnType<typeof engineRun>>): string[][] {
   return out
 }
 
-const results = await report.eachEngine(databases, engineRun).finally(() => previous?.remove())
+const results = await report.eachEngine(databases, engineRun).finally(() => earlier.forEach((build) => build.remove()))
 report.print(
   ['case', 'engine', 'req/s', 'p50 ms', 'p99 ms', 'vs bare Fastify', `vs ${previous ? `previous (${previous.commit})` : 'previous (not run)'}`, 'target (issue 10)'],
   results.flatMap(rows),
