@@ -34,6 +34,37 @@ export interface RequestState {
   openedSession?: string | null
   /** The rotated refresh token, when this request rotated one. */
   rotatedFrom?: string
+  /**
+   * A token request's writes, made together in one transaction once the library has answered
+   * (ProviderService.commitTokenRequest): one commit a request instead of one a write.
+   */
+  deferred?: DeferredWrite[]
+}
+
+type Executor = Db['kysely']
+
+/**
+ * A write the token endpoint keeps for its transaction: the consumption of the code or refresh
+ * token presented, the rotation (the new refresh token and the old one's successor), or anything
+ * else it issued or changed.
+ */
+export interface DeferredWrite {
+  kind: 'consume' | 'rotation' | 'other'
+  run: (trx: Executor) => Promise<void>
+}
+
+/**
+ * Thrown inside a token request's transaction when another request consumed the same code or
+ * refresh token between this one's read and its commit: the transaction rolls back.
+ */
+export class LostRace extends Error {
+  constructor(
+    readonly model: string,
+    readonly idHash: string,
+    readonly grantHash: string | null,
+  ) {
+    super(`${model} consumed by another request`)
+  }
 }
 
 export interface AdapterDeps {
@@ -83,6 +114,12 @@ export class PortcullisAdapter {
     return `op:${this.model}:${idHash}`
   }
 
+  /** A write now, or in a token request, kept for its one transaction. */
+  private async write(state: RequestState | undefined, kind: DeferredWrite['kind'], run: (db: Executor) => Promise<unknown>): Promise<void> {
+    if (state?.deferred) state.deferred.push({ kind, run: async (trx) => void (await run(trx)) })
+    else await run(this.deps.db.kysely)
+  }
+
   private open(row: RecordRow, id: string | null): Payload {
     const payload = JSON.parse(this.deps.sealer.open(row.payload, this.aad(row.id_hash))) as Payload
     if (id !== null) payload.jti = id
@@ -110,7 +147,7 @@ export class PortcullisAdapter {
       // A signed-in provider session is always a Portcullis session; one without is not kept signed in.
       if (payload.accountId && sessionId === null) throw new Error('a provider session signed in without a Portcullis session')
     }
-    await records.upsert(this.deps.db.kysely, {
+    const row: RecordRow = {
       model: this.model,
       id_hash: idHash,
       grant_hash: grantId === null ? null : this.hash('grant', grantId),
@@ -126,10 +163,13 @@ export class PortcullisAdapter {
       last_used_at: null,
       expires_at: now + expiresIn * 1000,
       consumed_at: typeof payload.consumed === 'number' ? now : null,
-    })
-    if (this.model === 'RefreshToken' && state?.rotatedFrom !== undefined) {
+    }
+    const rotating = this.model === 'RefreshToken' && state?.rotatedFrom !== undefined
+    await this.write(state, rotating ? 'rotation' : 'other', (db) => records.upsert(db, row))
+    if (rotating) {
       // The retry window: the rotated token remembers what replaced it.
-      await records.setSuccessor(this.deps.db.kysely, 'RefreshToken', state.rotatedFrom, this.deps.sealer.seal(id, `op:successor:${state.rotatedFrom}`))
+      const successor = this.deps.sealer.seal(id, `op:successor:${state!.rotatedFrom}`)
+      await this.write(state, 'rotation', (db) => records.setSuccessor(db, 'RefreshToken', state!.rotatedFrom!, successor))
     }
   }
 
@@ -185,7 +225,23 @@ export class PortcullisAdapter {
     const state = this.deps.current()
     const idHash = this.idHash(id)
     if (this.model === 'RefreshToken' && state?.retry?.idHash === idHash) return
-    if (await records.consume(this.deps.db.kysely, this.model, idHash, this.deps.clock.now())) {
+    const now = this.deps.clock.now()
+    if (state?.deferred) {
+      // A token request: judged now by a read, made in its transaction, which checks again and
+      // rolls back if another request consumed it in between (ProviderService.commitTokenRequest).
+      const row = await records.find(this.deps.db.kysely, this.model, idHash, 0)
+      if (row && row.consumed_at === null) {
+        const { model } = this
+        state.deferred.push({
+          kind: 'consume',
+          run: async (trx) => {
+            if (!(await records.consume(trx, model, idHash, now))) throw new LostRace(model, idHash, row.grant_hash)
+          },
+        })
+        if (this.model === 'RefreshToken') state.rotatedFrom = idHash
+        return
+      }
+    } else if (await records.consume(this.deps.db.kysely, this.model, idHash, now)) {
       if (this.model === 'RefreshToken' && state) state.rotatedFrom = idHash
       return
     }

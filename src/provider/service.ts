@@ -13,7 +13,7 @@ import { sessions, users } from '../db/repositories.ts'
 import type { Logger } from '../logger.ts'
 import { decodeJwt } from 'jose'
 import type { Metrics } from '../http/metrics.ts'
-import { adapterFactory, keyedHash, PortcullisAdapter, revokeGrantIn, successorOf, type RequestState } from './adapter.ts'
+import { adapterFactory, keyedHash, LostRace, PortcullisAdapter, revokeGrant, revokeGrantIn, successorOf, type RequestState } from './adapter.ts'
 import type { ResourceTokens } from './resource.ts'
 import { BackchannelLogouts, queueLogoutNotices, type LogoutRow } from './logouts.ts'
 import type { ClientRegistry } from './clients.ts'
@@ -182,7 +182,15 @@ export class ProviderService {
     provider.Client.prototype.includeSid = () => true
     provider.use(async (ctx, next) => {
       await next()
-      await this.afterRequest(ctx)
+      try {
+        await this.afterRequest(ctx)
+      } catch (error) {
+        // Past the library's own error handling: answered as the library answers its failures
+        // (Koa's default would print the stack and answer in plain text).
+        this.deps.logger.error({ err: { message: (error as Error).message } }, 'openid provider error')
+        ctx.status = 500
+        ctx.body = { error: 'server_error', error_description: 'oops! something went wrong' }
+      }
     })
     provider.on('server_error', (_ctx: unknown, error: Error) => this.deps.logger.error({ err: { message: error.message } }, 'openid provider error'))
     return { library, provider, callback: provider.callback() }
@@ -337,7 +345,8 @@ export class ProviderService {
     if (!ctx) return undefined
     let state = this.states.get(ctx)
     if (!state) {
-      state = {}
+      // A token request's writes wait for its one transaction (commitTokenRequest).
+      state = ctx.oidc?.route === 'token' ? { deferred: [] } : {}
       this.states.set(ctx, state)
     }
     // The interaction that just finished signed the person in through a Portcullis session.
@@ -364,12 +373,12 @@ export class ProviderService {
       if (this.deps.clientMetadata) (ctx.body as Record<string, unknown>).client_id_metadata_document_supported = true
       return
     }
-    if (ctx.oidc?.route !== 'token' || ctx.status !== 200 || typeof ctx.body !== 'object' || ctx.body === null) return
+    if (ctx.oidc?.route !== 'token') return
+    const answered = ctx.status === 200 && typeof ctx.body === 'object' && ctx.body !== null
+    if (!(await this.commitTokenRequest(ctx, state, answered)) || !answered) return
     // The client's last use (a dynamic one unused for 30 days is removed).
     const client = ctx.oidc.client as { clientId: string } | undefined
     if (client) await this.deps.clients.used(client.clientId)
-    const grant = ctx.oidc.entities?.Grant as { jti?: string } | undefined
-    if (grant?.jti) await records.touchGrant(this.deps.db.kysely, this.grantReference(grant.jti), this.deps.clock.now())
     if (!state?.retry) return
     const successor = state.retry.successor ?? (await successorOf(this.deps.db, this.deps.sealer, state.retry.idHash, this.deps.clock))
     if (successor === null) {
@@ -378,6 +387,50 @@ export class ProviderService {
       return
     }
     ;(ctx.body as Record<string, unknown>).refresh_token = successor
+  }
+
+  /**
+   * A token request's writes in one transaction, made after the library answered and before the
+   * answer leaves (one commit instead of one a write: on SQLite each is a flush to disk). An
+   * answer that is not a success keeps only the consumption of what was presented (a code spent
+   * on a failed exchange stays spent, as it would have been written at once); what the library
+   * issued for an answer nobody gets is not kept. When another request consumed the same code or
+   * refresh token between this one's read and the commit, the transaction rolls back, and the
+   * loser is answered as in the adapter's own race (docs/provider.md): a code used twice revokes
+   * its grant, a refresh token is the client's retry and gets the winner's successor. False when
+   * the answer became an error here.
+   */
+  private async commitTokenRequest(ctx: KoaContextWithOIDC, state: RequestState | undefined, answered: boolean): Promise<boolean> {
+    const writes = (state?.deferred ?? []).filter((write) => answered || write.kind === 'consume')
+    if (state) state.deferred = undefined
+    const grant = ctx.oidc.entities?.Grant as { jti?: string } | undefined
+    if (answered && grant?.jti) {
+      const grantRef = this.grantReference(grant.jti)
+      const now = this.deps.clock.now()
+      writes.push({ kind: 'other', run: (trx) => records.touchGrant(trx, grantRef, now) })
+    }
+    const commit = (list: typeof writes) =>
+      list.length ? this.deps.db.kysely.transaction().execute(async (trx) => {
+        for (const write of list) await write.run(trx)
+      }) : Promise.resolve()
+    try {
+      await commit(writes)
+      return true
+    } catch (error) {
+      if (!(error instanceof LostRace)) throw error
+      // Another request spent it first: a failed answer stays as the library gave it.
+      if (!answered) return false
+      if (error.model === 'RefreshToken' && state) {
+        // What it issued stands but for the rotation: it answers with the winner's successor.
+        state.retry = { idHash: error.idHash, successor: null }
+        await commit(writes.filter((write) => write.kind === 'other'))
+        return true
+      }
+      if (error.grantHash) await revokeGrant(this.deps.db, error.grantHash)
+      ctx.status = 400
+      ctx.body = { error: 'invalid_grant', error_description: `${error.model === 'AuthorizationCode' ? 'authorization code' : 'code'} already used` }
+      return false
+    }
   }
 
   /**

@@ -4,6 +4,7 @@ import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createRemoteJWKSet, decodeJwt, decodeProtectedHeader, exportJWK, generateKeyPair, jwtVerify } from 'jose'
 import * as client from 'openid-client'
+import { sql } from 'kysely'
 import { freePort, PASSWORD, registerVerifyLogin, startTestApp, uniqueEmail, within, type TestApp } from '../helpers/app.ts'
 import { ENGINES } from '../helpers/db.ts'
 import { formOf, formsOf, headingOf, OpBrowser, type Page } from '../helpers/op-browser.ts'
@@ -346,6 +347,55 @@ for (const engine of ENGINES) {
       assert.equal(await userinfoStatus(first.access_token), 401, 'and its access token')
     })
 
+    test('6b. one code sent twice at once: one exchange, the other invalid_grant, and what the one issued is revoked', async () => {
+      const user = await registerVerifyLogin(t)
+      const { clientId } = await register()
+      const config = rp(clientId)
+      const request = await authorization(config, { scope: 'openid offline_access', prompt: 'consent' })
+      const callback = await signIn(new OpBrowser(issuer), request.url, user)
+      const answers = await Promise.allSettled([0, 1].map(() => client.authorizationCodeGrant(config, callback, request.checks)))
+      const won = answers.filter((answer) => answer.status === 'fulfilled')
+      assert.equal(won.length, 1, 'exactly one exchange succeeded')
+      const lost = answers.find((answer) => answer.status === 'rejected')!
+      assert.equal((await oauthError(Promise.reject(lost.reason))).error, 'invalid_grant')
+      const tokens = won[0]!.value
+      assert.equal(await userinfoStatus(tokens.access_token), 401, 'the winner\'s access token died with the grant')
+      assert.equal((await oauthError(client.refreshTokenGrant(config, tokens.refresh_token!))).error, 'invalid_grant', 'and its refresh token')
+    })
+
+    test('6c. a token request is one transaction: a write that fails undoes the code\'s consumption and every token it issued', async () => {
+      const user = await registerVerifyLogin(t)
+      const { clientId } = await register()
+      const config = rp(clientId)
+      const request = await authorization(config, { scope: 'openid offline_access', prompt: 'consent' })
+      const callback = await signIn(new OpBrowser(issuer), request.url, user)
+      const { kysely } = t.app.services.db
+      // The access token's row is the last the code exchange writes; the database refuses it.
+      if (engine === 'sqlite') {
+        await sql`create trigger refuse_access_tokens before insert on op_records when new.model = 'AccessToken' begin select raise(abort, 'refused by the test'); end`.execute(kysely)
+      } else {
+        await sql`create function refuse_access_tokens() returns trigger language plpgsql as $$ begin if new.model = 'AccessToken' then raise exception 'refused by the test'; end if; return new; end $$`.execute(kysely)
+        await sql`create trigger refuse_access_tokens before insert on op_records for each row execute function refuse_access_tokens()`.execute(kysely)
+      }
+      const rows = async (model: string) => Number((await kysely.selectFrom('op_records').select((eb) => eb.fn.countAll().as('n')).where('client_id', '=', clientId).where('model', '=', model).executeTakeFirstOrThrow()).n)
+      try {
+        const failed = await fetch(server.token_endpoint!, {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded' },
+          body: new URLSearchParams({ grant_type: 'authorization_code', code: callback.searchParams.get('code')!, redirect_uri: REDIRECT_URI, code_verifier: request.checks.pkceCodeVerifier, client_id: clientId }),
+        })
+        assert.equal(failed.status, 500)
+        assert.deepEqual(await failed.json(), { error: 'server_error', error_description: 'oops! something went wrong' }, 'the library\'s own failure answer, in JSON')
+        assert.equal(await rows('RefreshToken'), 0, 'no refresh token was kept')
+      } finally {
+        await sql`drop trigger refuse_access_tokens${sql.raw(engine === 'sqlite' ? '' : ' on op_records')}`.execute(kysely)
+        if (engine === 'postgres') await sql`drop function refuse_access_tokens()`.execute(kysely)
+      }
+      const tokens = await client.authorizationCodeGrant(config, callback, request.checks)
+      assert.equal(await userinfoStatus(tokens.access_token), 200, 'the code was not spent by the failed exchange')
+      assert.equal(await rows('RefreshToken'), 1)
+    })
+
     test('7. an unregistered redirect_uri gets an HTML error page, never a redirect', async () => {
       const { clientId } = await register()
       const request = await authorization(rp(clientId), { redirect_uri: 'https://evil.example/cb' })
@@ -386,6 +436,21 @@ for (const engine of ENGINES) {
       t.clock.advance(11)
       assert.equal((await oauthError(client.refreshTokenGrant(config, first.refresh_token!))).error, 'invalid_grant', 'a rotated token used again after the window')
       assert.equal((await oauthError(client.refreshTokenGrant(config, second.refresh_token!))).error, 'invalid_grant', 'the reuse ended the grant: its newest token is dead too')
+    })
+
+    test('9b. one refresh token sent twice at once is one client\'s retry: both answers carry the same successor and working access tokens', async () => {
+      const user = await registerVerifyLogin(t)
+      const { clientId } = await register()
+      const config = rp(clientId)
+      const { tokens } = await grantFor(config, user)
+      const [a, b] = await Promise.all([0, 1].map(() => client.refreshTokenGrant(config, tokens.refresh_token!)))
+      assert.ok(a!.refresh_token)
+      assert.notEqual(a!.refresh_token, tokens.refresh_token)
+      assert.equal(b!.refresh_token, a!.refresh_token)
+      assert.equal(await userinfoStatus(a!.access_token), 200)
+      assert.equal(await userinfoStatus(b!.access_token), 200)
+      const next = await client.refreshTokenGrant(config, a!.refresh_token!)
+      assert.ok(next.refresh_token, 'the successor works')
     })
 
     test('10. a revoked access token (RFC 7009) no longer works at userinfo', async () => {
