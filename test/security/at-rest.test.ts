@@ -216,6 +216,10 @@ for (const engine of ENGINES) {
         await runCli(['api-keys', 'create', '--name', 'ops', '--scopes', 'users:read,users:write,audit:read'], env, { out: (line) => out.push(line), err() {} })
         const apiKey = out[0]!
         secrets.push({ what: 'API key', value: apiKey }, { what: 'API key secret', value: apiKey.slice(apiKey.indexOf('_', 4) + 1) })
+        // An initial access token for dynamic client registration (issue 43), printed once.
+        const registration: string[] = []
+        assert.equal(await runCli(['clients', 'registration-token'], env, { out: (line) => registration.push(line), err() {} }), 0)
+        secrets.push({ what: 'registration token', value: registration[0]! })
         const admin = (method: 'GET' | 'POST', path: string) => t.app.inject({ method, url: t.base + path, headers: { authorization: `Bearer ${apiKey}` } })
         assert.equal((await admin('POST', `/admin/users/${user.userId}/revoke-sessions`)).statusCode, 200)
         assert.equal((await admin('GET', '/admin/events')).statusCode, 200)
@@ -254,7 +258,7 @@ for (const engine of ENGINES) {
           for (const secret of secrets) assert.ok(!raw.includes(secret.value), `${secret.what} in the clear in the SQLite file or its WAL`)
         }
         const columns = await textColumnsOf(t)
-        for (const column of ['users.email', 'api_keys.id', 'signing_keys.private_jwk', 'audit_events.type', 'mail_outbox.subject', 'mail_outbox.body_text', 'mfa_factors.secret', 'mfa_recovery_codes.code_hash', 'mfa_challenges.token_hash', 'email_changes.token_hash', 'invitations.token_hash', 'webhook_endpoints.secret', 'webhook_deliveries.payload']) {
+        for (const column of ['users.email', 'api_keys.id', 'signing_keys.private_jwk', 'audit_events.type', 'mail_outbox.subject', 'mail_outbox.body_text', 'mfa_factors.secret', 'mfa_recovery_codes.code_hash', 'mfa_challenges.token_hash', 'email_changes.token_hash', 'invitations.token_hash', 'registration_tokens.token_hash', 'webhook_endpoints.secret', 'webhook_deliveries.payload']) {
           assert.ok(columns.has(column), `the scan found ${column}`)
         }
         assert.ok(columns.get('users.email')!.includes(factorOwner.email), 'the scan reads the data')
