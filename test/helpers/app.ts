@@ -148,7 +148,10 @@ export function freePort(): Promise<number> {
 export async function startPair(engine: EngineName): Promise<{ storage: TestStorage; a: TestApp; b: TestApp; close(): Promise<void> }> {
   const storage = await createStorage(engine)
   const a = await startTestApp(engine, { storage })
-  const b = await startTestApp(engine, { storage })
+  // One mailbox for both: they share the mail outbox, so either instance's queue may deliver a
+  // mail the other queued (a test waiting on A's mailbox would otherwise miss it now and then).
+  const b = await startTestApp(engine, { storage, env: { SMTP_URL: a.mail.url } })
+  b.mail = a.mail
   return {
     storage,
     a,
