@@ -314,6 +314,7 @@ async function portcullisRun(engine: string, round: number): Promise<PortcullisR
     // Portcullis's own refresh (POST /auth/refresh) in the same run: the refresh grant's yardstick (issue 45).
     const cpu = provider.cpuMs()
     const own = await report.load(`${label} POST /auth/refresh`, provider.cpuMs, { url: `${provider.server.api}/auth/refresh`, connections: CONNECTIONS, method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ refresh_token: provider.ownRefresh }) })
+    // The CPU covers the warm-up too, whose requests are counted at the measured rate.
     const ownRefresh = { ...own, cpuMsPerRequest: (provider.cpuMs() - cpu) / Math.max(1, own.rps * (s.seconds + s.warmup)) }
     return { ...(await grants(label, provider)), ownRead: read.own!, oauthRead: read.oauth!, ownRefresh }
   } finally {

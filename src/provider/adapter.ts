@@ -39,7 +39,7 @@ export interface RequestState {
    * (ProviderService.commitTokenRequest): one commit a request instead of one a write.
    */
   deferred?: DeferredWrite[]
-  /** The rows a token request found, by id hash: its consumption is judged on what the library just read. */
+  /** The rows a token request found, by id hash (each model hashes under its own prefix): its consumption is judged on what the library just read. */
   found?: Map<string, RecordRow>
 }
 
@@ -181,7 +181,7 @@ export class PortcullisAdapter {
     const row = await records.find(this.deps.db.kysely, this.model, idHash, now)
     if (!row) return undefined
     const state = this.deps.current()
-    if (state?.deferred) (state.found ??= new Map()).set(`${this.model}:${idHash}`, row)
+    if (state?.deferred) (state.found ??= new Map()).set(idHash, row)
     if (this.model === 'Session' && !(await this.sessionStillLive(row))) return undefined
     const payload = this.open(row, KEEPS_ID.has(this.model) ? null : id)
     if (this.model === 'RefreshToken' && row.consumed_at !== null) return this.retryOrReuse(row, payload, now)
@@ -234,7 +234,7 @@ export class PortcullisAdapter {
     if (state?.deferred) {
       // A token request: judged now by a read, made in its transaction, which checks again and
       // rolls back if another request consumed it in between (ProviderService.commitTokenRequest).
-      const row = state.found?.get(`${this.model}:${idHash}`) ?? (await records.find(this.deps.db.kysely, this.model, idHash, 0))
+      const row = state.found?.get(idHash) ?? (await records.find(this.deps.db.kysely, this.model, idHash, 0))
       if (row && row.consumed_at === null) {
         const { model } = this
         state.deferred.push({

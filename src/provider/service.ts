@@ -375,7 +375,12 @@ export class ProviderService {
     }
     if (ctx.oidc?.route !== 'token') return
     const answered = ctx.status === 200 && typeof ctx.body === 'object' && ctx.body !== null
-    if (!(await this.commitTokenRequest(ctx, state, answered)) || !answered) return
+    if (!answered) {
+      // A refused request keeps nothing it would have written: what was presented stays unspent.
+      if (state) state.deferred = undefined
+      return
+    }
+    if (!(await this.commitTokenRequest(ctx, state))) return
     // The client's last use (a dynamic one unused for 30 days is removed).
     const client = ctx.oidc.client as { clientId: string } | undefined
     if (client) await this.deps.clients.used(client.clientId)
@@ -390,21 +395,19 @@ export class ProviderService {
   }
 
   /**
-   * A token request's writes in one transaction, made after the library answered and before the
-   * answer leaves (one commit instead of one a write: on SQLite each is a flush to disk). An
-   * answer that is not a success keeps only the consumption of what was presented (a code spent
-   * on a failed exchange stays spent, as it would have been written at once); what the library
-   * issued for an answer nobody gets is not kept. When another request consumed the same code or
+   * A successful token request's writes in one transaction, made after the library answered and
+   * before the answer leaves (one commit instead of one a write: on SQLite each is a flush to
+   * disk). When another request consumed the same code or
    * refresh token between this one's read and the commit, the transaction rolls back, and the
    * loser is answered as in the adapter's own race (docs/provider.md): a code used twice revokes
    * its grant, a refresh token is the client's retry and gets the winner's successor. False when
    * the answer became an error here.
    */
-  private async commitTokenRequest(ctx: KoaContextWithOIDC, state: RequestState | undefined, answered: boolean): Promise<boolean> {
-    const writes = (state?.deferred ?? []).filter((write) => answered || write.kind === 'consume')
+  private async commitTokenRequest(ctx: KoaContextWithOIDC, state: RequestState | undefined): Promise<boolean> {
+    const writes = state?.deferred ?? []
     if (state) state.deferred = undefined
     const grant = ctx.oidc.entities?.Grant as { jti?: string } | undefined
-    if (answered && grant?.jti) {
+    if (grant?.jti) {
       const grantRef = this.grantReference(grant.jti)
       const now = this.deps.clock.now()
       writes.push({ kind: 'other', run: (trx) => records.touchGrant(trx, grantRef, now) })
@@ -418,8 +421,6 @@ export class ProviderService {
       return true
     } catch (error) {
       if (!(error instanceof LostRace)) throw error
-      // Another request spent it first: a failed answer stays as the library gave it.
-      if (!answered) return false
       if (error.model === 'RefreshToken' && state) {
         // What it issued stands but for the rotation: it answers with the winner's successor.
         state.retry = { idHash: error.idHash, successor: null }

@@ -166,6 +166,16 @@ for (const engine of ENGINES) {
       return { browser, tokens }
     }
 
+    /** A signed-in user's authorization code for openid offline_access, not yet exchanged, at a client of its own. */
+    const codeForNewClient = async () => {
+      const user = await registerVerifyLogin(t)
+      const { clientId } = await register()
+      const config = rp(clientId)
+      const request = await authorization(config, { scope: 'openid offline_access', prompt: 'consent' })
+      const callback = await signIn(new OpBrowser(issuer), request.url, user)
+      return { clientId, config, request, callback }
+    }
+
     const userinfoStatus = async (accessToken: string) => (await fetch(server.userinfo_endpoint!, { headers: { authorization: `Bearer ${accessToken}` } })).status
     const watchlistsStatus = async (accessToken: string) => (await t.get('/watchlists', accessToken)).statusCode
 
@@ -332,11 +342,7 @@ for (const engine of ENGINES) {
     })
 
     test('6. a reused authorization code is refused (invalid_grant) and revokes what its first use issued', async () => {
-      const user = await registerVerifyLogin(t)
-      const { clientId } = await register()
-      const config = rp(clientId)
-      const request = await authorization(config, { scope: 'openid offline_access', prompt: 'consent' })
-      const callback = await signIn(new OpBrowser(issuer), request.url, user)
+      const { config, request, callback } = await codeForNewClient()
       const first = await client.authorizationCodeGrant(config, callback, request.checks)
       assert.ok(first.refresh_token)
       assert.equal(await userinfoStatus(first.access_token), 200)
@@ -348,11 +354,7 @@ for (const engine of ENGINES) {
     })
 
     test('6b. one code sent twice at once: one exchange, the other invalid_grant, and what the one issued is revoked', async () => {
-      const user = await registerVerifyLogin(t)
-      const { clientId } = await register()
-      const config = rp(clientId)
-      const request = await authorization(config, { scope: 'openid offline_access', prompt: 'consent' })
-      const callback = await signIn(new OpBrowser(issuer), request.url, user)
+      const { config, request, callback } = await codeForNewClient()
       const answers = await Promise.allSettled([0, 1].map(() => client.authorizationCodeGrant(config, callback, request.checks)))
       const won = answers.filter((answer) => answer.status === 'fulfilled')
       assert.equal(won.length, 1, 'exactly one exchange succeeded')
@@ -364,11 +366,7 @@ for (const engine of ENGINES) {
     })
 
     test('6c. a token request is one transaction: a write that fails undoes the code\'s consumption and every token it issued', async () => {
-      const user = await registerVerifyLogin(t)
-      const { clientId } = await register()
-      const config = rp(clientId)
-      const request = await authorization(config, { scope: 'openid offline_access', prompt: 'consent' })
-      const callback = await signIn(new OpBrowser(issuer), request.url, user)
+      const { clientId, config, request, callback } = await codeForNewClient()
       const { kysely } = t.app.services.db
       // The access token's row is the last the code exchange writes; the database refuses it.
       if (engine === 'sqlite') {
@@ -451,6 +449,20 @@ for (const engine of ENGINES) {
       assert.equal(await userinfoStatus(b!.access_token), 200)
       const next = await client.refreshTokenGrant(config, a!.refresh_token!)
       assert.ok(next.refresh_token, 'the successor works')
+    })
+
+    test('9c. a refresh refused after the library rotated the token (an unknown resource) spends nothing: the same refresh token then works', async () => {
+      const user = await registerVerifyLogin(t)
+      const { clientId } = await register()
+      const config = rp(clientId)
+      const { tokens } = await grantFor(config, user)
+      const refused = await oauthError(client.refreshTokenGrant(config, tokens.refresh_token!, { resource: 'https://unknown.example/api' }))
+      assert.equal(refused.error, 'invalid_target')
+      t.clock.advance(11)
+      const next = await client.refreshTokenGrant(config, tokens.refresh_token!)
+      assert.ok(next.refresh_token)
+      assert.notEqual(next.refresh_token, tokens.refresh_token)
+      assert.equal(await userinfoStatus(next.access_token), 200)
     })
 
     test('10. a revoked access token (RFC 7009) no longer works at userinfo', async () => {
