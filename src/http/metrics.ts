@@ -48,10 +48,11 @@ export class Metrics {
   }
 
   install(app: FastifyInstance): void {
-    app.addHook('onResponse', async (request, reply) => {
+    app.addHook('onResponse', (request, reply, done) => {
       const route = request.routeOptions.url ?? 'unmatched'
       this.requests.inc({ method: request.method, route, status: reply.statusCode })
       this.durations.observe({ method: request.method, route }, reply.elapsedTime / 1000)
+      done()
     })
   }
 

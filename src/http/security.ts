@@ -46,7 +46,8 @@ export function installTransportSecurity(app: FastifyInstance, options: Transpor
   const origins = new Set(options.corsOrigins)
   const credentialPaths = new Set(options.credentialPaths)
 
-  app.addHook('onRequest', async (request: FastifyRequest, reply) => {
+  // Takes a callback: nothing here waits, and it runs on every request (see src/app.ts).
+  app.addHook('onRequest', (request: FastifyRequest, reply, done) => {
     if (options.production) {
       // Behind a TLS-terminating proxy, request.protocol comes from X-Forwarded-Proto, which
       // Fastify only believes from the TRUST_PROXY addresses; anything else is plain HTTP.
@@ -61,6 +62,7 @@ export function installTransportSecurity(app: FastifyInstance, options: Transpor
       if (credentialPaths.has(pathOf(request))) reply.header('access-control-allow-credentials', 'true')
     }
     if (origins.size > 0) reply.header('vary', 'Origin')
+    done()
   })
 
   if (origins.size > 0) {

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import { compactVerify } from 'jose'
 import { SIGNING_ALG, type KeyStore } from '../auth/keys.ts'
 import type { SessionGate } from '../auth/revocation.ts'
@@ -71,9 +71,13 @@ export class ResourceTokens {
   constructor(private readonly deps: ResourceDeps) {}
 
   /** The caller of a resource route: a Portcullis token (every scope) or a provider token (its scopes). */
-  async authenticate(token: string, auth: Pick<AuthService, 'authenticate'>): Promise<Principal> {
+  authenticate(token: string, auth: Pick<AuthService, 'authenticate'>): Promise<Principal> {
     const clientId = peekClientId(token)
     if (clientId === null || clientId === CLIENT_ID) return auth.authenticate(token)
+    return this.authenticateGranted(token)
+  }
+
+  private async authenticateGranted(token: string): Promise<Principal> {
     const claims = await this.verify(token)
     if (!claims) throw new AppError('INVALID_TOKEN')
     const state = await this.deps.gate.checkGrant(claims.gid, claims.sub, () => records.grantOwner(this.deps.db.kysely, claims.gid, this.deps.clock.now()))
@@ -175,13 +179,15 @@ export function resourceMetadataUrl(publicUrl: string, basePath: string): string
  * Portcullis token always may. Runs after the bearer check.
  */
 export function requireScope(scope: (typeof RESOURCE_SCOPES)[number], metadataUrl: string) {
-  return async (request: FastifyRequest) => {
+  // A callback rather than a promise: it waits for nothing and runs on every resource request.
+  return (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) => {
     const scopes = request.principal?.scopes
     if (scopes && !scopes.has(scope)) {
       throw new AppError('INSUFFICIENT_SCOPE', {
         headers: { 'www-authenticate': `Bearer realm="portcullis", error="insufficient_scope", scope="${scope}", resource_metadata="${metadataUrl}"` },
       })
     }
+    done()
   }
 }
 
@@ -190,11 +196,14 @@ export function requireScope(scope: (typeof RESOURCE_SCOPES)[number], metadataUr
  * holds no token (an MCP client, say) finds the authorization server by itself.
  */
 export function advertiseResourceMetadata(scope: FastifyInstance, metadataUrl: string): void {
-  scope.addHook('onSend', async (_request, reply) => {
-    const challenge = reply.getHeader('www-authenticate')
-    if (reply.statusCode === 401 && typeof challenge === 'string' && challenge.startsWith('Bearer') && !challenge.includes('resource_metadata=')) {
-      reply.header('www-authenticate', `${challenge}, resource_metadata="${metadataUrl}"`)
+  scope.addHook('onSend', (_request, reply, _payload, done) => {
+    if (reply.statusCode === 401) {
+      const challenge = reply.getHeader('www-authenticate')
+      if (typeof challenge === 'string' && challenge.startsWith('Bearer') && !challenge.includes('resource_metadata=')) {
+        reply.header('www-authenticate', `${challenge}, resource_metadata="${metadataUrl}"`)
+      }
     }
+    done()
   })
 }
 
