@@ -332,6 +332,7 @@ async function wireDomain(infra: Infrastructure, config: Config, overrides: AppO
     metrics: infra.metrics,
     resourceTokens,
     claims,
+    commits: infra.commits,
     allowLoopbackFetch: !config.production,
   })
   const dataRights = new DataRights({ db, clock, hasher, passwords, limits, accounts, audit, watchlists, secondFactors: mfa, identities: oidc, apps: provider, mail: mailQueue, organizations })

@@ -8,6 +8,7 @@ import type { RequestContext } from '../audit/events.ts'
 import type { KeySealer } from '../auth/key-encryption.ts'
 import type { KeyStore } from '../auth/keys.ts'
 import type { Clock } from '../clock.ts'
+import type { GroupCommit } from '../db/group-commit.ts'
 import type { Db } from '../db/index.ts'
 import { sessions, users } from '../db/repositories.ts'
 import type { Logger } from '../logger.ts'
@@ -76,6 +77,8 @@ export interface ProviderServiceDeps {
   production: boolean
   /** What a user's access tokens claim they may do: the one seam every token issuer asks (src/authz/claims.ts). */
   claims: Pick<ClaimsSource, 'forToken'>
+  /** The group commit a token request's transaction joins (src/db/group-commit.ts). */
+  commits: Pick<GroupCommit, 'run'>
   /**
    * Outbound requests to loopback addresses (a back-channel receiver or jwks_uri on this machine),
    * which the library refuses as a guard against request forgery: allowed outside production only.
@@ -397,7 +400,10 @@ export class ProviderService {
   /**
    * A successful token request's writes in one transaction, made after the library answered and
    * before the answer leaves (one commit instead of one a write: on SQLite each is a flush to
-   * disk). When another request consumed the same code or
+   * disk). The transaction is a job of the group commit, so under load the token requests answered
+   * in one turn of the event loop share a commit, and none is answered before its writes are
+   * durable; a group in which one request lost a race is rolled back and each of its requests runs
+   * again alone, so the loser's writes never stand and the others' do. When another request consumed the same code or
    * refresh token between this one's read and the commit, the transaction rolls back, and the
    * loser is answered as in the adapter's own race (docs/provider.md): a code used twice revokes
    * its grant, a refresh token is the client's retry and gets the winner's successor. False when
@@ -413,7 +419,7 @@ export class ProviderService {
       writes.push({ kind: 'other', run: (trx) => records.touchGrant(trx, grantRef, now) })
     }
     const commit = (list: typeof writes) =>
-      list.length ? this.deps.db.kysely.transaction().execute(async (trx) => {
+      list.length ? this.deps.commits.run(async (trx) => {
         for (const write of list) await write.run(trx)
       }) : Promise.resolve()
     try {
