@@ -256,7 +256,10 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
       // The example resource: Portcullis's own tokens, and the provider's for this API (src/provider/resource.ts).
       await api.register(async (resource) => {
         advertiseResourceMetadata(resource, metadataUrl)
-        protect(resource, { authenticate: (token) => services.resourceTokens.authenticate(token, auth) })
+        protect(resource, {
+          authenticateFromMemory: (token) => services.resourceTokens.authenticateFromMemory(token, auth),
+          authenticate: (token) => services.resourceTokens.authenticate(token, auth),
+        })
         await watchlistRoutes(resource, watchlists, metadataUrl)
       })
       // Operators: API keys, never a user's token (src/admin/).

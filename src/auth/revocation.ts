@@ -122,6 +122,8 @@ export class SessionGate {
    * revoked, or belongs to someone else.
    */
   async check(sessionId: string, userId: string): Promise<AccountState | null> {
+    const known = this.known(sessionId, userId)
+    if (known !== undefined) return known
     const generation = this.feed.generation()
     if (generation === null) return this.readAfresh(sessionId, userId)
     const now = this.clock.now()
@@ -144,6 +146,23 @@ export class SessionGate {
       account = { state, seenAt: now }
       this.remember(this.accounts, userId, account, generation)
     }
+    account.seenAt = now
+    return account.state
+  }
+
+  /**
+   * check()'s answer from memory alone, without a promise: undefined when memory cannot give it
+   * (the session or the account not held, or the feed in a gap) and check() must read.
+   */
+  known(sessionId: string, userId: string): AccountState | null | undefined {
+    if (this.feed.generation() === null) return undefined
+    const session = this.sessions.get(sessionId)
+    if (!session) return undefined
+    const now = this.clock.now()
+    session.seenAt = now
+    if (session.revoked || session.userId !== userId) return null
+    const account = this.accounts.get(userId)
+    if (!account) return undefined
     account.seenAt = now
     return account.state
   }

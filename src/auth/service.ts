@@ -14,12 +14,12 @@ import type { Background } from '../background.ts'
 import { verificationMail, type MailBrand } from '../mail/index.ts'
 import type { MailQueue } from '../mail/queue.ts'
 import type { ClaimedAttempt, Limits } from '../limits/limits.ts'
-import type { SessionGate } from './revocation.ts'
+import type { AccountState, SessionGate } from './revocation.ts'
 import { emailProblem, normaliseEmail, normaliseFullName, throwIfProblems } from './input.ts'
 import { hashOneTimeToken, issueOneTimeToken, VERIFICATION_TTL_MS } from './one-time-tokens.ts'
 import { NO_PASSWORD, passwordProblems, type PasswordHasher } from './passwords.ts'
 import { assuranceOf, PASSWORD_ONLY, type SessionOpener, type SignIn, type SignInSubject } from './sessions.ts'
-import { ACCESS_TTL_SECONDS, type TokenService } from './tokens.ts'
+import { ACCESS_TTL_SECONDS, type TokenClaims, type TokenService } from './tokens.ts'
 
 export interface Principal {
   userId: string
@@ -331,15 +331,31 @@ export class AuthService {
       this.deps.sessions.assertMayOpen(state)
       throw new AppError('TOKEN_EXPIRED')
     }
-    const state = await this.deps.gate.check(sid, sub)
+    return this.principalOf(result.claims, await this.deps.gate.check(sid, sub))
+  }
+
+  /**
+   * authenticate()'s answer when memory holds all of it (the token verified before, its session
+   * and account in the gate), without a promise: the bearer path of nearly every request. The same
+   * checks in the same order, throwing the same errors; undefined when something must be read.
+   */
+  authenticateFromMemory(accessToken: string): Principal | undefined {
+    const claims = this.deps.tokens.remembered(accessToken, 'access')
+    if (!claims) return undefined
+    const state = this.deps.gate.known(claims.sid, claims.sub)
+    return state === undefined ? undefined : this.principalOf(claims, state)
+  }
+
+  /** A live token's caller, once its session's state is known (null: revoked, or another user's). */
+  private principalOf(claims: TokenClaims, state: AccountState | null): Principal {
     if (!state) throw new AppError('INVALID_TOKEN')
     this.deps.sessions.assertMayOpen(state)
     // Claims made before the user's roles, memberships or app_metadata last changed are out of date:
     // refreshing brings the new ones (docs/authorization.md). Known from memory, like the state.
-    if (result.claims.cv < state.claims_version) throw new AppError('TOKEN_EXPIRED')
-    const principal: Principal = { userId: sub, sessionId: sid }
-    if (result.claims.org) principal.organization = result.claims.org
-    if (result.claims.permissions) principal.permissions = result.claims.permissions
+    if (claims.cv < state.claims_version) throw new AppError('TOKEN_EXPIRED')
+    const principal: Principal = { userId: claims.sub, sessionId: claims.sid }
+    if (claims.org) principal.organization = claims.org
+    if (claims.permissions) principal.permissions = claims.permissions
     return principal
   }
 

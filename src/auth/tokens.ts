@@ -161,18 +161,27 @@ export class TokenService {
   }
 
   /**
+   * A token of this kind verified before and valid still (its expiry and key checked against now),
+   * without a promise; null when only the full check can say.
+   */
+  remembered(token: string, kind: TokenKind): TokenClaims | null {
+    const hit = this.verified.get(token)
+    if (!hit || hit.kind !== kind) return null
+    const now = this.options.clock.now() / 1000
+    const fresh = now < hit.claims.exp + CLOCK_SKEW_SECONDS && hit.notBefore <= now + CLOCK_SKEW_SECONDS
+    if (fresh && this.keys.isLiveKid(hit.kid)) return hit.claims
+    // Expired, or its key left the key set: the full check gives the answer.
+    this.verified.delete(token)
+    return null
+  }
+
+  /**
    * Signature, algorithm, type, issuer, audience and claim shapes are all checked before `exp`,
    * so "expired" is only ever said of a token this service really issued.
    */
   async verify(token: string, kind: TokenKind): Promise<VerifyResult> {
-    const hit = this.verified.get(token)
-    if (hit && hit.kind === kind) {
-      const now = this.options.clock.now() / 1000
-      const fresh = now < hit.claims.exp + CLOCK_SKEW_SECONDS && hit.notBefore <= now + CLOCK_SKEW_SECONDS
-      if (fresh && this.keys.isLiveKid(hit.kid)) return { status: 'valid', claims: hit.claims }
-      // Expired, or its key left the key set: the full check below gives the answer.
-      this.verified.delete(token)
-    }
+    const claims = this.remembered(token, kind)
+    if (claims) return { status: 'valid', claims }
     const result = await this.verifyFully(token, kind)
     if (result.status === 'valid') this.verified.set(token, result.cached)
     return result.status === 'valid' ? { status: 'valid', claims: result.claims } : result

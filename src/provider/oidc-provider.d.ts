@@ -19,6 +19,7 @@ declare module 'oidc-provider' {
     interactionDetails(req: Loose, res: Loose): Promise<Loose>
     interactionResult(req: Loose, res: Loose, result: Loose, options?: { mergeWithLastSubmission?: boolean }): Promise<string>
     Grant: Loose
+    AuthorizationCode: Loose
     Client: Loose
     Session: Loose
     static get ctx(): Loose

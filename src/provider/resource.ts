@@ -71,6 +71,15 @@ export class ResourceTokens {
   constructor(private readonly deps: ResourceDeps) {}
 
   /** The caller of a resource route: a Portcullis token (every scope) or a provider token (its scopes). */
+  /**
+   * The caller from memory alone, without a promise, or undefined. Only Portcullis's own tokens are
+   * answered here: a provider token never enters the own tokens' memory (TokenService refuses any
+   * other client_id), so no peek at its claims is needed on this path.
+   */
+  authenticateFromMemory(token: string, auth: Pick<AuthService, 'authenticateFromMemory'>): Principal | undefined {
+    return auth.authenticateFromMemory(token)
+  }
+
   authenticate(token: string, auth: Pick<AuthService, 'authenticate'>): Promise<Principal> {
     const clientId = peekClientId(token)
     if (clientId === null || clientId === CLIENT_ID) return auth.authenticate(token)
