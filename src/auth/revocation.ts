@@ -173,6 +173,8 @@ export class SessionGate {
    * sessions, with the grant's owner read by `load` (the provider's storage) on first sight.
    */
   async checkGrant(grantRef: string, userId: string, load: () => Promise<string | null>): Promise<AccountState | null> {
+    const known = this.knownGrant(grantRef, userId)
+    if (known !== undefined) return known
     const generation = this.feed.generation()
     const now = this.clock.now()
     let grant = generation === null ? undefined : this.grants.get(grantRef)
@@ -191,6 +193,20 @@ export class SessionGate {
       account = { state, seenAt: now }
       if (generation !== null) this.remember(this.accounts, userId, account, generation)
     }
+    account.seenAt = now
+    return account.state
+  }
+
+  /** checkGrant()'s answer from memory alone, as known() is check()'s: undefined when it must read. */
+  knownGrant(grantRef: string, userId: string): AccountState | null | undefined {
+    if (this.feed.generation() === null) return undefined
+    const grant = this.grants.get(grantRef)
+    if (!grant) return undefined
+    const now = this.clock.now()
+    grant.seenAt = now
+    if (grant.revoked || grant.userId !== userId) return null
+    const account = this.accounts.get(userId)
+    if (!account) return undefined
     account.seenAt = now
     return account.state
   }

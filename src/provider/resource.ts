@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify'
 import { compactVerify } from 'jose'
 import { SIGNING_ALG, type KeyStore } from '../auth/keys.ts'
-import type { SessionGate } from '../auth/revocation.ts'
+import type { AccountState, SessionGate } from '../auth/revocation.ts'
 import type { AuthService, Principal } from '../auth/service.ts'
 import type { SessionOpener } from '../auth/sessions.ts'
 import { CLIENT_ID, CLOCK_SKEW_SECONDS } from '../auth/tokens.ts'
@@ -70,16 +70,22 @@ export class ResourceTokens {
 
   constructor(private readonly deps: ResourceDeps) {}
 
-  /** The caller of a resource route: a Portcullis token (every scope) or a provider token (its scopes). */
   /**
-   * The caller from memory alone, without a promise, or undefined. Only Portcullis's own tokens are
-   * answered here: a provider token never enters the own tokens' memory (TokenService refuses any
-   * other client_id), so no peek at its claims is needed on this path.
+   * The caller from memory alone, without a promise, or undefined when anything must be read (the
+   * bearer path of nearly every request, as AuthService.authenticateFromMemory is for the own
+   * tokens). The two memories never share a token: TokenService refuses any other client_id, and
+   * this one any token of Portcullis's own client, so no peek at the claims is needed here.
    */
   authenticateFromMemory(token: string, auth: Pick<AuthService, 'authenticateFromMemory'>): Principal | undefined {
-    return auth.authenticateFromMemory(token)
+    const own = auth.authenticateFromMemory(token)
+    if (own) return own
+    const claims = this.remembered(token)
+    if (!claims) return undefined
+    const state = this.deps.gate.knownGrant(claims.gid, claims.sub)
+    return state === undefined ? undefined : this.principalOf(claims, state)
   }
 
+  /** The caller of a resource route: a Portcullis token (every scope) or a provider token (its scopes). */
   authenticate(token: string, auth: Pick<AuthService, 'authenticate'>): Promise<Principal> {
     const clientId = peekClientId(token)
     if (clientId === null || clientId === CLIENT_ID) return auth.authenticate(token)
@@ -89,7 +95,11 @@ export class ResourceTokens {
   private async authenticateGranted(token: string): Promise<Principal> {
     const claims = await this.verify(token)
     if (!claims) throw new AppError('INVALID_TOKEN')
-    const state = await this.deps.gate.checkGrant(claims.gid, claims.sub, () => records.grantOwner(this.deps.db.kysely, claims.gid, this.deps.clock.now()))
+    return this.principalOf(claims, await this.deps.gate.checkGrant(claims.gid, claims.sub, () => records.grantOwner(this.deps.db.kysely, claims.gid, this.deps.clock.now())))
+  }
+
+  /** A live provider token's caller, once its grant's and account's state is known (null: the grant ended). */
+  private principalOf(claims: AccessClaims, state: AccountState | null): Principal {
     if (!state) throw new AppError('INVALID_TOKEN')
     this.deps.sessions.assertMayOpen(state)
     // The same rule as Portcullis's own tokens (src/auth/service.ts): claims made before the user's
@@ -125,14 +135,19 @@ export class ResourceTokens {
     }
   }
 
-  private async verify(token: string): Promise<AccessClaims | null> {
-    const now = this.deps.clock.now() / 1000
+  /** A token verified before and valid still (expiry and key checked against now), or null. */
+  private remembered(token: string): AccessClaims | null {
     const hit = this.verified.get(token)
-    if (hit) {
-      if (now < hit.exp + CLOCK_SKEW_SECONDS && this.deps.keys.isLiveKid(hit.kid)) return hit
-      this.verified.delete(token)
-    }
-    const claims = await this.verifyFully(token, now)
+    if (!hit) return null
+    if (this.deps.clock.now() / 1000 < hit.exp + CLOCK_SKEW_SECONDS && this.deps.keys.isLiveKid(hit.kid)) return hit
+    this.verified.delete(token)
+    return null
+  }
+
+  private async verify(token: string): Promise<AccessClaims | null> {
+    const hit = this.remembered(token)
+    if (hit) return hit
+    const claims = await this.verifyFully(token, this.deps.clock.now() / 1000)
     if (claims) {
       if (this.verified.size >= CACHE_SIZE) this.verified.delete(this.verified.keys().next().value!)
       this.verified.set(token, claims)
