@@ -4,9 +4,11 @@
 // Portcullis's own. Prints what it ran with, then one Markdown table in the shape of
 // bench/RESULTS.md's.
 //
-// Each round is a fresh Better Auth and a fresh Portcullis (the built dist/server.js, as npm start
-// runs it) in an order that rotates from round to round; on PostgreSQL, Portcullis alone (the peer
-// runs on SQLite). Every server gets a confidential first-party client (client_secret_basic,
+// Each round is a fresh Better Auth, a fresh oidc-provider alone (bench/peers/oidc-provider-alone.ts:
+// the library with Portcullis's token settings and storage in a Map, its own cost with nothing of
+// Portcullis's, issue 45) and a fresh Portcullis (the built dist/server.js, as npm start runs it)
+// in an order that rotates from round to round; on PostgreSQL, Portcullis alone (the peers run on
+// SQLite or in memory). Every server gets a confidential first-party client (client_secret_basic,
 // PKCE S256, no consent page: Portcullis's `first_party`, Better Auth's `skip_consent`) and users
 // signed in once through their own pages (a cookie jar: test/helpers/op-browser.ts for Portcullis).
 // Then, 50 connections each, the load from a process of its own (bench/lib/load.ts):
@@ -60,6 +62,9 @@ const form = { 'content-type': 'application/x-www-form-urlencoded' }
 const peerVersion = (JSON.parse(readFileSync('node_modules/@better-auth/oauth-provider/package.json', 'utf8')) as { version: string }).version
 /** npm start's node flags, for the peer too (the same heap settings); Node runs the peer's TypeScript itself, no loader. */
 const peerArgs = [...startArgs().filter((arg) => arg.startsWith('--')), 'bench/peers/better-auth.ts']
+/** The library by itself (bench/peers/oidc-provider-alone.ts), with the same node flags. */
+const aloneArgs = [...startArgs().filter((arg) => arg.startsWith('--')), 'bench/peers/oidc-provider-alone.ts']
+const libraryVersion = (JSON.parse(readFileSync('node_modules/oidc-provider/package.json', 'utf8')) as { version: string }).version
 
 // PostgreSQL: a throwaway cluster unless DATABASE_URL names one; every run gets a database of its own.
 const databases = benchDatabases(s.engines, 'provider', 55498)
@@ -71,6 +76,7 @@ const report = new Report('npm run bench:provider', s, [
   `client: confidential, client_secret_basic, PKCE S256, consent skipped (Portcullis first_party, Better Auth skip_consent); scope "${SCOPE}": ID token (${ID_TOKEN_ALG}), opaque access token and refresh token on both sides`,
   `Portcullis: node ${startArgs().join(' ')} (npm start's command), LOG_LEVEL=${BENCH_ENV.LOG_LEVEL}, the log to /dev/null; ${s.engines.join(' and ')}`,
   `Better Auth: better-auth ${peerVersion} + jwt + @better-auth/oauth-provider ${peerVersion}: node ${peerArgs.join(' ')}, SQLite (better-sqlite3, WAL, synchronous=FULL), rate limit off`,
+  `oidc-provider ${libraryVersion} alone (SQLite rounds only): node ${aloneArgs.join(' ')}: Portcullis's token settings, storage in a Map (the library's own in-memory adapter holds 1,000 entries), an account that is its sub; codes made through the library's models`,
   `${s.rounds} rounds, a fresh server (and PostgreSQL database) each run, order rotating`,
 ])
 
@@ -235,6 +241,43 @@ async function betterAuth(): Promise<Provider> {
 }
 
 /**
+ * oidc-provider by itself (bench/peers/oidc-provider-alone.ts): what a token request costs the
+ * library with storage in memory and nothing of Portcullis's, the floor under Portcullis's figures.
+ */
+async function libraryAlone(): Promise<Provider> {
+  await report.quiet()
+  const server = report.server(await startServer({ BENCH_REDIRECT_URI: REDIRECT_URI, BENCH_ID_TOKEN_ALG: ID_TOKEN_ALG }, { args: aloneArgs, cpus: s.serverCpus }))
+  try {
+    const client = JSON.parse(readFileSync(path.join(server.dataDir, 'client.json'), 'utf8')) as PeerClient
+    return {
+      name: `oidc-provider ${libraryVersion} alone`,
+      server,
+      tokenUrl: `${server.base}/token`,
+      headers: { ...form, authorization: basic(client) },
+      mint: async (n) => {
+        const verifiers = Array.from({ length: n }, pkce)
+        const minted: Minted[] = []
+        // In slices: one request of thousands of codes would hold the peer's event loop for seconds.
+        for (let at = 0; at < n; at += 500) {
+          const slice = verifiers.slice(at, at + 500)
+          const response = await fetch(`${server.base}/bench/mint`, { method: 'POST', body: JSON.stringify(slice.map((v) => v.challenge)) })
+          if (!response.ok) throw new Error(`bench: the library's mint answered ${response.status}: ${await response.text()}`)
+          const codes = (await response.json()) as string[]
+          minted.push(...codes.map((code, i) => ({ code, verifier: slice[i]!.verifier })))
+        }
+        return minted
+      },
+      cpuMs: () => server.cpuMs(),
+      stop: () => server.stop(),
+      spare: [],
+    }
+  } catch (error) {
+    await server.stop()
+    throw error
+  }
+}
+
+/**
  * A case whose every request uses up what it sends: a warm-up batch of WARMUP_BODIES, then the
  * measured batch, sized for BENCH_SECONDS at the warm-up's rate and made just before it (again for
  * each attempt, bench/lib/quiet.ts's `prepare`). With `collect`, the field of each answer is kept
@@ -322,31 +365,32 @@ async function portcullisRun(engine: string, round: number): Promise<PortcullisR
   }
 }
 
-async function betterAuthRun(): Promise<GrantRun> {
-  const provider = await betterAuth()
+async function peerRun(label: string, start: () => Promise<Provider>): Promise<GrantRun> {
+  const provider = await start()
   try {
-    return await grants(`sqlite Better Auth`, provider)
+    return await grants(label, provider)
   } finally {
     await provider.stop()
   }
 }
 
-/** Rounds of a fresh Better Auth (SQLite only) and a fresh Portcullis, in rotating order. */
+/** Rounds of a fresh Better Auth and the library alone (SQLite rounds only) and a fresh Portcullis, in rotating order. */
 async function engineRun(engine: string) {
-  const runs = { portcullis: [] as PortcullisRun[], betterAuth: [] as GrantRun[] }
-  const slots = engine === 'sqlite' ? (['betterAuth', 'portcullis'] as const) : (['portcullis'] as const)
+  const runs = { portcullis: [] as PortcullisRun[], betterAuth: [] as GrantRun[], alone: [] as GrantRun[] }
+  const slots = engine === 'sqlite' ? (['betterAuth', 'alone', 'portcullis'] as const) : (['portcullis'] as const)
   for (let round = 0; round < s.rounds; round++) {
     for (const slot of rotation(slots, round)) {
       console.error(`bench: ${engine} round ${round + 1} of ${s.rounds}: ${slot}`)
       if (slot === 'portcullis') runs.portcullis.push(await portcullisRun(engine, round))
-      else runs.betterAuth.push(await betterAuthRun())
+      else if (slot === 'alone') runs.alone.push(await peerRun('sqlite oidc-provider alone', libraryAlone))
+      else runs.betterAuth.push(await peerRun('sqlite Better Auth', betterAuth))
     }
   }
   return { engine, ...runs }
 }
 
 /** The rows of one engine: case, engine, req/s | p50 | p99, server CPU a request, ratio, goal. */
-function rows({ engine, portcullis: ours, betterAuth: peer }: Awaited<ReturnType<typeof engineRun>>): string[][] {
+function rows({ engine, portcullis: ours, betterAuth: peer, alone }: Awaited<ReturnType<typeof engineRun>>): string[][] {
   const out: string[][] = []
   const cpu = (runs: Measured[]) => `${median(runs.map((x) => x.cpuMsPerRequest)).toFixed(2)} ms`
   for (const [name, pick, peerPath] of [
@@ -357,6 +401,9 @@ function rows({ engine, portcullis: ours, betterAuth: peer }: Awaited<ReturnType
       const ratios = ours.map((run, i) => pick(run).rps / pick(peer[i]!).rps)
       out.push([`Better Auth ${peerVersion} oauth-provider: ${peerPath}`, engine, stats(peer.map(pick)), cpu(peer.map(pick)), 'baseline', ''])
       out.push([`Portcullis ${name}`, engine, stats(ours.map(pick)), cpu(ours.map(pick)), `${range(ratios)} of Better Auth's req/s`, `>= x5 of Better Auth (issue 45): ${met(median(ratios) >= 5)}`])
+      // The library's floor: Portcullis's CPU a request over the library's alone, round by round.
+      const over = ours.map((run, i) => pick(run).cpuMsPerRequest / pick(alone[i]!).cpuMsPerRequest)
+      out.push([`oidc-provider ${libraryVersion} alone (storage in a Map): POST /token, ${name.split(':')[0]}`, engine, stats(alone.map(pick)), cpu(alone.map(pick)), `Portcullis's CPU a request ${range(over)} of this`, 'the library\'s own cost, measured (issue 45)'])
     } else {
       out.push([`Portcullis ${name}`, engine, stats(ours.map(pick)), cpu(ours.map(pick)), '', 'Better Auth runs on SQLite only'])
     }
