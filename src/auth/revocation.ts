@@ -155,16 +155,7 @@ export class SessionGate {
    * (the session or the account not held, or the feed in a gap) and check() must read.
    */
   known(sessionId: string, userId: string): AccountState | null | undefined {
-    if (this.feed.generation() === null) return undefined
-    const session = this.sessions.get(sessionId)
-    if (!session) return undefined
-    const now = this.clock.now()
-    session.seenAt = now
-    if (session.revoked || session.userId !== userId) return null
-    const account = this.accounts.get(userId)
-    if (!account) return undefined
-    account.seenAt = now
-    return account.state
+    return this.fromMemory(this.sessions, sessionId, userId)
   }
 
   /**
@@ -199,12 +190,17 @@ export class SessionGate {
 
   /** checkGrant()'s answer from memory alone, as known() is check()'s: undefined when it must read. */
   knownGrant(grantRef: string, userId: string): AccountState | null | undefined {
+    return this.fromMemory(this.grants, grantRef, userId)
+  }
+
+  /** A session's or grant's entry and its account's, both held and the feed continuous; else undefined. */
+  private fromMemory(map: Map<string, SessionEntry | GrantEntry>, key: string, userId: string): AccountState | null | undefined {
     if (this.feed.generation() === null) return undefined
-    const grant = this.grants.get(grantRef)
-    if (!grant) return undefined
+    const entry = map.get(key)
+    if (!entry) return undefined
     const now = this.clock.now()
-    grant.seenAt = now
-    if (grant.revoked || grant.userId !== userId) return null
+    entry.seenAt = now
+    if (entry.revoked || entry.userId !== userId) return null
     const account = this.accounts.get(userId)
     if (!account) return undefined
     account.seenAt = now
