@@ -18,6 +18,7 @@ import { Writable } from 'node:stream'
 import type { AddressInfo } from 'node:net'
 import { SMTPServer } from 'smtp-server'
 import { LogCapture } from '../helpers/logs.ts'
+import { formOf, OpBrowser } from '../helpers/op-browser.ts'
 import { startTestProvider } from '../helpers/oidc-provider.ts'
 import { SoftAuthenticator, type CreationOptionsJSON, type RequestOptionsJSON } from '../helpers/webauthn.ts'
 
@@ -348,6 +349,63 @@ for (const engine of ENGINES) {
       } finally {
         await t.close()
         await provider.close()
+      }
+    })
+
+    test("an operator's console sign-in through the provider leaves neither the console's cookie nor the provider's cookies, code or TOTP code in the clear, in any column or any log line", async () => {
+      const lines: string[] = []
+      const log = new Writable({ write(chunk: Buffer, _encoding, done) { lines.push(chunk.toString('utf8')); done() } })
+      const port = await freePort()
+      const origin = `http://localhost:${port}`
+      const t = await startTestApp(engine, { env: { LOG_LEVEL: 'debug', PUBLIC_URL: origin }, overrides: { logStream: log } })
+      try {
+        await t.app.listen({ port, host: '127.0.0.1' })
+        // An operator: the role and a confirmed second factor, as the console asks (docs/console.md).
+        const operator = await registerVerifyLogin(t)
+        const enrolment = (await t.post('/auth/mfa/totp', { name: 'Phone' }, operator.access_token)).json().data as { factor_id: string; secret: string }
+        assert.equal((await t.post(`/auth/mfa/totp/${enrolment.factor_id}/confirm`, { code: oathtool(enrolment.secret, t.clock.now()) }, operator.access_token)).statusCode, 200)
+        t.clock.advance(30)
+        await t.app.services.roles.setUserRoles(operator.userId, ['operator'], { ip: null, userAgent: null, requestId: null, actor: 'cli' })
+
+        const browser = new OpBrowser(origin)
+        let page = await browser.go(`${origin}/console/users`)
+        page = await browser.submit(formOf(page, { actionEndsWith: '/login' }), { email: operator.email, password: PASSWORD })
+        const totp = oathtool(enrolment.secret, t.clock.now())
+        page = await browser.submit(formOf(page, { actionEndsWith: '/mfa' }), { code: totp })
+        assert.equal(page.status, 200, page.body.slice(0, 300))
+        assert.match(page.body, /<h1>Users<\/h1>/)
+
+        const secrets: Secret[] = [{ what: 'password', value: PASSWORD }, { what: 'TOTP secret', value: enrolment.secret }, { what: 'TOTP code', value: totp, short: true }]
+        // Every cookie the sign-in set (the console's session, the provider's session and interaction cookies) and the authorization code it carried back.
+        for (const answer of browser.history) {
+          for (const line of answer.headers.getSetCookie()) {
+            const [name, value] = line.split(';')[0]!.split('=') as [string, string]
+            if (value && value.length >= 16) secrets.push({ what: `cookie ${name}`, value })
+          }
+          const code = answer.location ? new URL(answer.location).searchParams.get('code') : null
+          if (code) secrets.push({ what: 'authorization code', value: code })
+        }
+        const cookieNames = secrets.map((secret) => secret.what)
+        assert.ok(cookieNames.includes('cookie portcullis_console'), `the console's cookie was seen: ${cookieNames.join(', ')}`)
+        assert.ok(cookieNames.includes('authorization code'), 'the code was seen')
+
+        if (engine === 'sqlite') {
+          const raw = await snapshot(t.storage)
+          assert.ok(raw.includes(operator.email), 'the raw scan reads the data')
+          for (const secret of secrets) assert.ok(!shows(raw, secret), `${secret.what} in the clear in the SQLite file or its WAL`)
+        }
+        const columns = await textColumnsOf(t)
+        for (const column of ['console_sessions.id_hash', 'op_records.payload']) assert.ok(columns.get(column)?.length, `the scan read rows of ${column}`)
+        assertNoSecretIn(columns, secrets)
+        const logged = lines.join('')
+        assert.match(logged, /"path":"\/console\/users"/, 'the log was captured, the console included')
+        // The library's interaction cookies hold the interaction's uid, which is also the path of the
+        // pages it serves (/oauth/interaction/{uid}, logged like any path): an identifier, useless
+        // without the cookies' signatures (the .sig cookies), which stay out of the log with the rest.
+        assert.ok(cookieNames.some((name) => name.endsWith('.sig')), `the signed cookies were seen: ${cookieNames.join(', ')}`)
+        for (const secret of secrets.filter((secret) => !/^cookie _interaction(_resume)?$/.test(secret.what))) assert.ok(!shows(logged, secret), `${secret.what} in a log line`)
+      } finally {
+        await t.close()
       }
     })
 
