@@ -30,6 +30,7 @@ import * as m0022 from './migrations/0022_imported_hashes.ts'
 import * as m0023 from './migrations/0023_resources.ts'
 import * as m0024 from './migrations/0024_dynamic_registration.ts'
 import * as m0025 from './migrations/0025_console.ts'
+import * as m0026 from './migrations/0026_organization_pages.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -393,6 +394,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0023_resources': m0023,
     '0024_dynamic_registration': m0024,
     '0025_console': m0025,
+    '0026_organization_pages': m0026,
   }
 }
 

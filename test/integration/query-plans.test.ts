@@ -62,6 +62,8 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
     request.on('end', () => response.writeHead(request.url === '/down' ? 503 : receiverStatus).end())
   })
   await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve))
+  // Closed at the end of the flow; unreferenced so that a failure part way does not keep the test's process alive.
+  receiver.unref()
   const receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`
   const { key: hooksKey } = await t.app.services.apiKeys.create({ name: 'plans-webhooks', scopes: ['webhooks:read', 'webhooks:write'], expiresAt: null })
   const hook = (await call('POST', `${api}/admin/webhooks`, { token: hooksKey, status: 201, body: { url: `${receiverUrl}/hook`, events: ['*'] } })).data.webhook
@@ -223,6 +225,18 @@ async function exerciseEverything(t: TestApp, provider: TestProvider): Promise<v
   await call('DELETE', `${api}/auth/organizations/{id}/invitations/{invitation_id}`, { params: { id: org.id, invitation_id: withdrawn.id }, token: owner.access_token })
   const members = (await call('GET', `${api}/auth/organizations/{id}/members`, { params: { id: org.id }, token: owner.access_token, query: 'limit=1' })).data
   await call('GET', `${api}/auth/organizations/{id}/members`, { params: { id: org.id }, token: owner.access_token, query: `limit=1&cursor=${encodeURIComponent(members.next_cursor)}` })
+  // The operators' console's own reads and writes of organisations (src/console/organizations.ts
+  // calls these; no API route does): every organisation a page at a time, one organisation's members.
+  const organizations = t.app.services.organizations
+  // A user of their own: founding changes the owner's claims (their older tokens answer TOKEN_EXPIRED).
+  const founder = await registerVerifyLogin(t, uniqueEmail('plans-founder'))
+  await organizations.createByOperator(founder.userId, 'Plans org by an operator', { ip: null, userAgent: null, requestId: null, actor: 'cli' })
+  const everyOrg = await organizations.listAll({ limit: 1 })
+  assert.ok(everyOrg.next_cursor, 'a second page of organisations')
+  await organizations.listAll({ limit: 1, cursor: everyOrg.next_cursor })
+  const inspected = await organizations.inspect(org.id, { limit: 1 })
+  if (inspected.next_cursor) await organizations.inspect(org.id, { limit: 1, cursor: inspected.next_cursor })
+  await organizations.membershipsOf(founder.userId)
   const shared = (await call('POST', `${api}/watchlists`, { token: owner.access_token, status: 201, body: { name: 'Team', symbols: ['AAPL'], organization_id: org.id } })).data.watchlist
   await call('POST', `${api}/watchlists`, { token: owner.access_token, status: 201, body: { name: 'Team 2', organization_id: org.id } })
   const teamPage = (await call('GET', `${api}/watchlists`, { token: owner.access_token, query: `limit=1&organization_id=${org.id}` })).data
