@@ -51,6 +51,11 @@ export interface DbOptions {
   dataDir: string
   /** Where pool-level errors go (a dropped idle connection must not crash the process). */
   onPoolError?: (error: Error) => void
+  /**
+   * PostgreSQL: how long one statement may run before the server cancels it (its error answers
+   * 503), in ms; unset or 0, no limit. migrate() lifts it for the migrations.
+   */
+  statementTimeoutMs?: number
 }
 
 const PG_INT8_OID = 20
@@ -61,7 +66,7 @@ export function sqliteFile(dataDir: string): string {
 }
 
 export function openDatabase(options: DbOptions): Db {
-  if (options.databaseUrl) return openPostgres(options.databaseUrl, options.onPoolError)
+  if (options.databaseUrl) return openPostgres(options.databaseUrl, options.onPoolError, options.statementTimeoutMs)
   return openSqlite(options.dataDir)
 }
 
@@ -179,7 +184,7 @@ function namedStatements(pool: PgModule.Pool, checkout: () => Promise<PgModule.P
   }
 }
 
-function openPostgres(connectionString: string, onPoolError?: (error: Error) => void): Db {
+function openPostgres(connectionString: string, onPoolError?: (error: Error) => void, statementTimeoutMs?: number): Db {
   // pg's load-time probe for Cloudflare Workers stops at `navigator`, which Node has since 21, so it
   // never touches `Response` (whose first touch would load Node's whole fetch implementation).
   const pg = load<typeof PgModule>('pg')
@@ -193,6 +198,10 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
     // Fail fast while the database is away, so callers get 503 quickly instead of hanging.
     connectionTimeoutMillis: 2000,
     idleTimeoutMillis: 30_000,
+    // Sent with each connection's start-up: a statement stuck behind a lock or on a sick server is
+    // cancelled (57014, a 503) and its connection goes back to the pool, instead of holding one of
+    // the ten until the server gives up.
+    ...(statementTimeoutMs ? { statement_timeout: statementTimeoutMs } : {}),
     types: {
       getTypeParser: ((oid: number, format?: string) =>
         oid === PG_INT8_OID ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format as 'text')) as typeof PgModule.types.getTypeParser,
@@ -400,10 +409,24 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
 
 /** Applies every pending migration; safe to run from several processes at once on PostgreSQL. */
 export async function migrate(db: Db): Promise<string[]> {
-  const migrator = new Migrator({ db: db.kysely, provider: { getMigrations: async () => migrationsFor(db.engine) } })
-  const { error, results } = await migrator.migrateToLatest()
-  if (error) throw error
-  return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName)
+  const run = async (kysely: Db['kysely']) => {
+    const migrator = new Migrator({ db: kysely, provider: { getMigrations: async () => migrationsFor(db.engine) } })
+    const { error, results } = await migrator.migrateToLatest()
+    if (error) throw error
+    return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName)
+  }
+  if (db.engine === 'sqlite') return run(db.kysely)
+  // On PostgreSQL the migrations run on one connection with the statement timeout lifted: an index
+  // built on a large table, or the wait for another instance's migration lock, may take longer than
+  // a request's statement. RESET gives the connection back its start-up value.
+  return db.kysely.connection().execute(async (connection) => {
+    await sql`set statement_timeout = 0`.execute(connection)
+    try {
+      return await run(connection)
+    } finally {
+      await sql`reset statement_timeout`.execute(connection)
+    }
+  })
 }
 
 /** True when the error is a unique-constraint violation on either engine. */
@@ -436,6 +459,9 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     // read_only_sql_transaction: a write reached a standby (a failover under way); the connection
     // is dropped and the next one looks for the primary.
     if (code === '25006') return true
+    // query_canceled: the statement timeout (DATABASE_STATEMENT_TIMEOUT_MS) or an operator's cancel;
+    // the statement's transaction rolled back, so the request may simply be tried again.
+    if (code === '57014') return true
     if (code === 'SQLITE_BUSY' || code.startsWith('SQLITE_IOERR') || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_FULL') return true
   }
   return UNAVAILABLE_MESSAGES.some((pattern) => pattern.test(error.message))
