@@ -2,7 +2,8 @@ import { ApiKeyService, SCOPES, type Scope } from '../admin/api-keys.ts'
 import { sealedSecret } from '../auth/keys.ts'
 import { loadConfig, type Config } from '../config.ts'
 import type { Db } from '../db/index.ts'
-import { durationMs, iso, JSON_HELP, JSON_OPTION, printList, UsageError, type Command, type Context } from './command.ts'
+import { durationMs } from '../duration.ts'
+import { iso, JSON_HELP, JSON_OPTION, printList, UsageError, type Command, type Context } from './command.ts'
 import { sealerFor, withDatabase } from './database.ts'
 
 /** The API key service, its HMAC secret sealed under the server's key. */

@@ -1,8 +1,9 @@
 import { loadConfig } from '../config.ts'
+import { durationMs } from '../duration.ts'
 import { ClientRegistry } from '../provider/clients.ts'
 import { DynamicRegistration } from '../provider/registration.ts'
 import { DEVICE_CODE_GRANT, type ClientCreate } from '../provider/schemas.ts'
-import { durationMs, json, JSON_OPTION, printList, UsageError, type Command, type Context } from './command.ts'
+import { json, JSON_OPTION, printList, UsageError, type Command, type Context } from './command.ts'
 import { sealerFor, withDatabase } from './database.ts'
 
 /** The client registry on the server's database, sealing secrets under the server's key. */

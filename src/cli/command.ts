@@ -50,13 +50,6 @@ export function usageOf(command: Command): string {
   return [`usage: portcullis ${command.name}${command.args ? ` ${command.args}` : ''}`, `  ${command.summary}`, ...(command.help ?? []).map((line) => `  ${line}`)].join('\n')
 }
 
-const DURATION = /^(\d+)([mhd])$/
-const UNIT_MS = { m: 60_000, h: 3600_000, d: 86_400_000 } as const
-
-export function durationMs(value: string): number | null {
-  const match = DURATION.exec(value)
-  return match ? Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS] : null
-}
 
 export function iso(ms: number | null): string | null {
   return ms === null ? null : new Date(ms).toISOString()

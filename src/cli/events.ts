@@ -1,7 +1,8 @@
 import { AuditLog, eventView } from '../audit/service.ts'
 import { loadConfig } from '../config.ts'
+import { durationMs } from '../duration.ts'
 import { isUuid } from '../text.ts'
-import { durationMs, JSON_HELP, JSON_OPTION, printList, UsageError, type Command } from './command.ts'
+import { JSON_HELP, JSON_OPTION, printList, UsageError, type Command } from './command.ts'
 import { accountServiceOn, withDatabase } from './database.ts'
 
 const ISO = /^\d{4}-\d{2}-\d{2}T/

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiKeyError, SCOPES, type ApiKeySummary, type Scope } from '../admin/api-keys.ts'
+import { durationMs } from '../duration.ts'
 import { html } from '../html.ts'
 import type { Form } from '../pages/routes.ts'
 import type { ConsoleContext } from './routes.ts'
@@ -13,9 +14,6 @@ interface KeyFields {
 }
 
 const BLANK: KeyFields = { name: '', scopes: [], expires: '' }
-/** A lifetime as `portcullis api-keys create --expires` takes it: minutes, hours or days. */
-const DURATION = /^(\d{1,6})([mhd])$/
-const UNIT_MS = { m: 60_000, h: 3600_000, d: 86_400_000 } as const
 const NAME_MAX = 100
 const CONTROL = /[\u0000-\u001f\u007f]/
 
@@ -41,8 +39,8 @@ function judged(fields: KeyFields): { problems: string[]; lifetimeMs: number | n
   if (unknown.length > 0) problems.push(`Scopes: ${unknown.join(', ')} is not a scope of API keys.`)
   let lifetimeMs: number | null = null
   if (fields.expires !== '') {
-    const match = DURATION.exec(fields.expires)
-    lifetimeMs = match ? Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS] : null
+    // A lifetime as `portcullis api-keys create --expires` takes it.
+    lifetimeMs = durationMs(fields.expires)
     if (!lifetimeMs) problems.push('Expires after: write a duration such as 30m, 24h or 90d, or leave it empty for a key that lasts until revoked.')
   }
   return { problems, lifetimeMs }
