@@ -4,7 +4,7 @@ import { durationMs } from '../duration.ts'
 import { html } from '../html.ts'
 import type { Form } from '../pages/routes.ts'
 import type { ConsoleContext } from './routes.ts'
-import { actionButton, confirmPage, consoleLayout, iso, notice, table } from './views.ts'
+import { actionButton, confirmPage, consoleLayout, iso, notice, problemList, table } from './views.ts'
 
 /** The key form as typed: the scopes a checkbox each (`scope:users:read`), the lifetime as the CLI takes it. */
 interface KeyFields {
@@ -66,7 +66,7 @@ export function apiKeyRoutes(app: FastifyInstance, c: ConsoleContext): void {
     ])
     const create = write
       ? html`<h2>Create a key</h2>
-${problems.length === 0 ? '' : html`<div class="alert" role="alert"><p class="error">No key was made:</p><ul>${problems.map((problem) => html`<li class="error">${problem}</li>`)}</ul></div>`}<form method="post" action="${c.base}/api-keys">
+${problemList(problems, 'No key was made:')}<form method="post" action="${c.base}/api-keys">
 <div class="field"><label for="name">Name (who or what uses it)</label><input id="name" name="name" type="text" autocomplete="off" value="${fields.name}"></div>
 <fieldset><legend>Scopes</legend>
 ${SCOPES.map((scope) => html`<div><input type="checkbox" id="scope:${scope}" name="scope:${scope}" value="on"${fields.scopes.includes(scope) ? html` checked` : ''}> <label for="scope:${scope}" class="inline-label">${scope}</label></div>\n`)}</fieldset>

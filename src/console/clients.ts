@@ -5,7 +5,7 @@ import { CONSOLE_CLIENT_ID, type RegisteredClient } from '../provider/clients.ts
 import { CLIENT_SCOPES, CLIENT_TYPES, DEFAULT_CLIENT_SCOPES, GRANT_TYPES, type ClientCreate, type ClientPatch } from '../provider/schemas.ts'
 import type { Form } from '../pages/routes.ts'
 import type { ConsoleContext } from './routes.ts'
-import { actionButton, confirmPage, consoleLayout, iso, notice, table } from './views.ts'
+import { actionButton, confirmPage, consoleLayout, iso, notice, problemList, table } from './views.ts'
 
 /** What the client form holds, as typed: the lists one entry a line (URIs) or a checkbox each (`scope:NAME`, `grant:NAME`). */
 interface ClientFields {
@@ -64,9 +64,6 @@ function problemsOf(error: unknown, fields: ClientFields): string[] | null {
     return `${LABELS[key] ?? key}${typeof entry === 'string' ? ` (${entry})` : ''}: ${message}.`
   })
 }
-
-const problemList = (problems: string[]) =>
-  problems.length === 0 ? '' : html`<div class="alert" role="alert"><p class="error">Nothing was saved:</p><ul>${problems.map((problem) => html`<li class="error">${problem}</li>`)}</ul></div>`
 
 /** The checkboxes of one list, one name each (`scope:openid`): a repeated field name would keep only its first value. */
 function checkboxes(legend: string, prefix: string, options: readonly string[], chosen: string[]): Html {

@@ -4,7 +4,7 @@ import { html, type Html } from '../html.ts'
 import type { Form } from '../pages/routes.ts'
 import type { RegisteredResource, ResourceScope } from '../provider/resources.ts'
 import type { ConsoleContext } from './routes.ts'
-import { actionButton, confirmPage, consoleLayout, iso, notice, table } from './views.ts'
+import { actionButton, confirmPage, consoleLayout, iso, notice, problemList, table } from './views.ts'
 
 /** The resource form as typed: the scopes one `name=description` a line. */
 interface ResourceFields {
@@ -53,9 +53,6 @@ function problemsOf(error: unknown, lineOf: number[]): string[] | null {
     return `${key === 'uri' ? 'URI' : key === 'name' ? 'Name' : 'Scopes'}: ${message}.`
   })
 }
-
-const problemList = (problems: string[]) =>
-  problems.length === 0 ? '' : html`<div class="alert" role="alert"><p class="error">Nothing was saved:</p><ul>${problems.map((problem) => html`<li class="error">${problem}</li>`)}</ul></div>`
 
 function resourceForm(action: string, fields: ResourceFields, problems: string[], creating: boolean): Html {
   return html`${problemList(problems)}<form method="post" action="${action}">

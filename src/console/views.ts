@@ -78,8 +78,8 @@ export interface ConsolePage {
   operator: Operator
 }
 
-export function consoleLayout(page: ConsolePage, area: Area | null, title: string, body: Html): Html {
-  const { brand, base, operator } = page
+/** The document every console page is: head, style, brand line, then what the page puts under it. */
+function consoleDocument(brand: PageBrand, title: string, inner: Html): Html {
   return html`<!doctype html>
 <html lang="en">
 <head>
@@ -92,37 +92,26 @@ export function consoleLayout(page: ConsolePage, area: Area | null, title: strin
 <body>
 <main>
 <p class="brand">${brand.appName} console</p>
-<nav class="console" aria-label="Console">
-${AREAS.map(([key, label]) => html`<a href="${base}/${key}"${key === area ? html` aria-current="page"` : ''}>${label}</a>\n`)}</nav>
-<div class="who">Signed in as ${operator.email} (${operator.canWrite ? 'operator' : 'viewer: reading only'}). <form method="post" action="${base}/sign-out"><button type="submit">Sign out</button></form></div>
-<h1>${title}</h1>
-${body}
+${inner}
 </main>
 </body>
 </html>
 `
 }
 
+export function consoleLayout(page: ConsolePage, area: Area | null, title: string, body: Html): Html {
+  const { brand, base, operator } = page
+  return consoleDocument(brand, title, html`<nav class="console" aria-label="Console">
+${AREAS.map(([key, label]) => html`<a href="${base}/${key}"${key === area ? html` aria-current="page"` : ''}>${label}</a>\n`)}</nav>
+<div class="who">Signed in as ${operator.email} (${operator.canWrite ? 'operator' : 'viewer: reading only'}). <form method="post" action="${base}/sign-out"><button type="submit">Sign out</button></form></div>
+<h1>${title}</h1>
+${body}`)
+}
+
 /** A page outside a session (sign-in problems): the same style, no menu. */
 export function consoleMessage(brand: PageBrand, title: string, body: Html): Html {
-  return html`<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="robots" content="noindex">
-<title>${title} · ${brand.appName} console</title>
-<style>${new Html(CONSOLE_CSS)}</style>
-</head>
-<body>
-<main>
-<p class="brand">${brand.appName} console</p>
-<h1>${title}</h1>
-${body}
-</main>
-</body>
-</html>
-`
+  return consoleDocument(brand, title, html`<h1>${title}</h1>
+${body}`)
 }
 
 /** A table: a header row and rows of cells (already escaped values or Html). */
@@ -171,6 +160,11 @@ export const NOTICES: Record<string, string> = {
   removed: 'Removed.',
   retried: 'The delivery is queued again.',
   revoked: 'Revoked.',
+}
+
+/** What a form's post got wrong, above the form again: nothing when nothing did. */
+export function problemList(problems: string[], heading = 'Nothing was saved:'): Html | '' {
+  return problems.length === 0 ? '' : html`<div class="alert" role="alert"><p class="error">${heading}</p><ul>${problems.map((problem) => html`<li class="error">${problem}</li>`)}</ul></div>`
 }
 
 export function notice(key: unknown): Html | '' {

@@ -5,7 +5,7 @@ import type { Form } from '../pages/routes.ts'
 import { WEBHOOK_EVENTS } from '../webhooks/events.ts'
 import type { DeliveryView, WebhookView } from '../webhooks/service.ts'
 import type { ConsoleContext } from './routes.ts'
-import { actionButton, confirmPage, consoleLayout, iso, notice, table } from './views.ts'
+import { actionButton, confirmPage, consoleLayout, iso, notice, problemList, table } from './views.ts'
 
 /** The endpoint form as typed: the events a checkbox each (`event:user.created`, `event:*` for every one). */
 interface WebhookFields {
@@ -33,9 +33,6 @@ function problemsOf(error: unknown): string[] | null {
   const label: Record<string, string> = { url: 'URL', events: 'Events', description: 'Description' }
   return (error.details ?? []).map(({ field, message }) => `${label[field] ?? field}: ${message}.`)
 }
-
-const problemList = (problems: string[]) =>
-  problems.length === 0 ? '' : html`<div class="alert" role="alert"><p class="error">Nothing was saved:</p><ul>${problems.map((problem) => html`<li class="error">${problem}</li>`)}</ul></div>`
 
 function webhookForm(action: string, fields: WebhookFields, problems: string[], creating: boolean): Html {
   const box = (event: string, label: string) =>
