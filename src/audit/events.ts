@@ -67,6 +67,7 @@ export const AUDIT_TYPES = [
   'webhook.updated',
   'webhook.removed',
   'webhook.secret_rotated',
+  'webhook.delivery_retried',
   'webhook.disabled',
   'role.created',
   'role.updated',

@@ -178,7 +178,7 @@ ${write ? html`<h2>Edit</h2>\n${webhookForm(path, edit?.fields ?? fieldsFrom(web
   app.post<{ Params: { id: string; delivery: string } }>(`${c.base}/webhooks/:id/deliveries/:delivery/retry`, async (request, reply) => {
     const { id, delivery } = request.params
     try {
-      await webhooks.retry(id, delivery)
+      await webhooks.retry(id, delivery, c.context(request))
     } catch (error) {
       // The service's own words: the delivery is unknown, or too old to send again (its payload is kept a week).
       if (!(error instanceof AppError && error.code === 'NOT_FOUND')) throw error

@@ -62,7 +62,7 @@ export async function webhookAdminRoutes(fastify: FastifyInstance, options: { we
     ...write,
     schema: { tags, security: security('webhooks:write'), operationId: 'adminRetryWebhookDelivery', params: DeliveryParams, response: { 202: RetryAccepted } },
   }, async (request, reply) => {
-    await webhooks.retry(request.params.id, request.params.delivery_id)
+    await webhooks.retry(request.params.id, request.params.delivery_id, actedBy(request))
     return reply.code(202).send(ok({}))
   })
 }

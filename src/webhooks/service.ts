@@ -350,14 +350,19 @@ export class WebhookService {
 
   /**
    * An operator's retry: the delivery is sent again now (202), whatever its state, with the same
-   * webhook-id. One whose payload is gone (kept a week) is NOT_FOUND.
+   * webhook-id. One whose payload is gone (kept a week) is NOT_FOUND. It sends an event's data out
+   * once more, so it is an audit event (`webhook.delivery_retried`, the endpoint's id and the
+   * delivery's) like every other change an operator makes to webhooks.
    */
-  async retry(id: string, deliveryId: string): Promise<void> {
+  async retry(id: string, deliveryId: string, context: RequestContext = CLI_CONTEXT): Promise<void> {
     await this.get(id)
     const row = isUuid(deliveryId) ? await deliveries.find(this.db, id, deliveryId) : null
     if (!row || row.payload === null) throw new AppError('NOT_FOUND', { message: row ? 'This delivery is too old to send again: its payload is kept for a week.' : undefined })
-    // False for one in flight right now: that attempt is the retry.
-    await deliveries.retryNow(this.db, id, deliveryId, this.deps.clock.now())
+    await this.db.transaction().execute(async (trx) => {
+      // False for one in flight right now: that attempt is the retry.
+      await deliveries.retryNow(trx, id, deliveryId, this.deps.clock.now())
+      await recordEvent(trx, this.deps.clock, { type: 'webhook.delivery_retried', userId: null, reason: `${id} ${deliveryId}`, context })
+    })
     this.queue.kick()
   }
 

@@ -416,6 +416,7 @@ for (const engine of ENGINES) {
         const again = (await t.app.services.webhooks.deliveries(webhook.id, { limit: 100 })).deliveries[0]!
         assert.equal(again.attempts, delivery.attempts + 1)
         assert.equal(target.deliveries.at(-1)!.headers['webhook-id'], delivery.webhook_id, 'the same event, sent again')
+        assert.equal(await actorOf('webhook.delivery_retried', `${webhook.id} ${delivery.id}`), `user:${operator.user.userId}`, 'the retry is audited with the operator')
         const gone = await operator.browser.request(`${origin}/console/webhooks/${webhook.id}/deliveries/00000000-0000-4000-8000-000000000000/retry`, { method: 'POST', form: {} })
         assert.equal(gone.status, 404)
         assert.match(gone.body, /There is no such delivery of this endpoint\. Nothing was queued\./)

@@ -716,6 +716,8 @@ for (const engine of ENGINES) {
         receiver.answer = () => 200
         const retried = await h.admin('POST', `/admin/webhooks/${hook.id}/deliveries/${first.id}/retry`)
         assert.equal(retried.statusCode, 202, retried.body)
+        const audited = (await h.t.app.services.admin.events({ type: 'webhook.delivery_retried', limit: 10 })).events
+        assert.deepEqual(audited.map((event) => [event.reason, event.actor?.startsWith('api_key:')]), [[`${hook.id} ${first.id}`, true]], 'the retry is audited with the API key')
         await h.flush()
         assert.equal(receiver.deliveries.length, sent + 1)
         const last = receiver.deliveries.at(-1)!
