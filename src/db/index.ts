@@ -31,6 +31,7 @@ import * as m0023 from './migrations/0023_resources.ts'
 import * as m0024 from './migrations/0024_dynamic_registration.ts'
 import * as m0025 from './migrations/0025_console.ts'
 import * as m0026 from './migrations/0026_organization_pages.ts'
+import * as m0027 from './migrations/0027_partial_record_indexes.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -404,6 +405,7 @@ function migrationsFor(engine: Engine): Record<string, Migration> {
     '0024_dynamic_registration': m0024,
     '0025_console': m0025,
     '0026_organization_pages': m0026,
+    '0027_partial_record_indexes': m0027,
   }
 }
 

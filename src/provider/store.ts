@@ -75,9 +75,12 @@ export const records = {
     return db.selectFrom('op_records').selectAll().where('user_id', '=', userId).where('model', '=', 'Session').execute()
   },
 
+  // Only a provider session's row has a session_id (the adapter's upsert), so these two find them by
+  // it alone: with `model = 'Session'` beside it both planners walked every provider session through
+  // the primary key's (model) prefix instead of using op_records_session_idx.
   async destroySessionsOf(db: Executor, sessionIds: string[]): Promise<void> {
     if (sessionIds.length === 0) return
-    await db.deleteFrom('op_records').where('model', '=', 'Session').where('session_id', 'in', sessionIds).execute()
+    await db.deleteFrom('op_records').where('session_id', 'in', sessionIds).execute()
   },
 
   /** Names the app a Portcullis session signed in to through the provider's pages. */
@@ -88,7 +91,7 @@ export const records = {
   /** The provider sessions that are a Portcullis session (its end ends them). */
   async sessionsOf(db: Executor, sessionIds: string[]): Promise<RecordRow[]> {
     if (sessionIds.length === 0) return []
-    return db.selectFrom('op_records').selectAll().where('model', '=', 'Session').where('session_id', 'in', sessionIds).execute()
+    return (await db.selectFrom('op_records').selectAll().where('session_id', 'in', sessionIds).execute()).filter((row) => row.model === 'Session')
   },
 
   /** Retention: up to `limit` rows that expired before `before` (each row's id_hash is unique: its model is in the hash). */
