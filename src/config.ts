@@ -20,8 +20,8 @@ const EnvSchema = Type.Object({
   BASE_PATH: Type.String({ pattern: '^(/[A-Za-z0-9._~-]+)+$', default: '/api/v1' }),
   DATA_DIR: Type.String({ minLength: 1, default: './data' }),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
-  // PostgreSQL only: how long one statement of the service may run (0: no limit). Migrations and the CLI are not held to it.
-  DATABASE_STATEMENT_TIMEOUT_MS: Type.Integer({ minimum: 0, maximum: 600_000, default: 10_000 }),
+  // PostgreSQL only: how long a statement of the service may wait for a lock (0: no limit). Migrations and the CLI are not held to it.
+  DATABASE_LOCK_TIMEOUT_MS: Type.Integer({ minimum: 0, maximum: 600_000, default: 10_000 }),
   SMTP_URL: Type.Optional(Type.String({ pattern: '^smtps?://' })),
   MAIL_FROM: Type.String({ minLength: 3, default: 'Portcullis <no-reply@localhost>' }),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://' })),
@@ -353,7 +353,7 @@ export function loadConfig(source: Record<string, string | undefined> = process.
     basePath: env.BASE_PATH,
     dataDir: path.resolve(env.DATA_DIR),
     databaseUrl: env.DATABASE_URL,
-    statementTimeoutMs: env.DATABASE_STATEMENT_TIMEOUT_MS,
+    lockTimeoutMs: env.DATABASE_LOCK_TIMEOUT_MS,
     smtpUrl: env.SMTP_URL,
     mailFrom: env.MAIL_FROM,
     redisUrl: env.REDIS_URL,

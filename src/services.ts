@@ -370,7 +370,7 @@ export async function startServices(config: Config, overrides: AppOverrides, log
   const db = overrides.db ?? openDatabase({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
-    statementTimeoutMs: config.statementTimeoutMs,
+    lockTimeoutMs: config.lockTimeoutMs,
     onPoolError: (error) => logger.warn({ err: { message: error.message } }, 'database connection lost'),
   })
   const started: (() => unknown)[] = []

@@ -53,10 +53,10 @@ export interface DbOptions {
   /** Where pool-level errors go (a dropped idle connection must not crash the process). */
   onPoolError?: (error: Error) => void
   /**
-   * PostgreSQL: how long one statement may run before the server cancels it (its error answers
-   * 503), in ms; unset or 0, no limit. migrate() lifts it for the migrations.
+   * PostgreSQL: how long a statement may wait for a lock before the server cancels it (its error
+   * answers 503), in ms; unset or 0, no limit. migrate() lifts it for the migrations.
    */
-  statementTimeoutMs?: number
+  lockTimeoutMs?: number
 }
 
 const PG_INT8_OID = 20
@@ -67,7 +67,7 @@ export function sqliteFile(dataDir: string): string {
 }
 
 export function openDatabase(options: DbOptions): Db {
-  if (options.databaseUrl) return openPostgres(options.databaseUrl, options.onPoolError, options.statementTimeoutMs)
+  if (options.databaseUrl) return openPostgres(options.databaseUrl, options.onPoolError, options.lockTimeoutMs)
   return openSqlite(options.dataDir)
 }
 
@@ -185,7 +185,7 @@ function namedStatements(pool: PgModule.Pool, checkout: () => Promise<PgModule.P
   }
 }
 
-function openPostgres(connectionString: string, onPoolError?: (error: Error) => void, statementTimeoutMs?: number): Db {
+function openPostgres(connectionString: string, onPoolError?: (error: Error) => void, lockTimeoutMs?: number): Db {
   // pg's load-time probe for Cloudflare Workers stops at `navigator`, which Node has since 21, so it
   // never touches `Response` (whose first touch would load Node's whole fetch implementation).
   const pg = load<typeof PgModule>('pg')
@@ -199,10 +199,11 @@ function openPostgres(connectionString: string, onPoolError?: (error: Error) => 
     // Fail fast while the database is away, so callers get 503 quickly instead of hanging.
     connectionTimeoutMillis: 2000,
     idleTimeoutMillis: 30_000,
-    // Sent with each connection's start-up: a statement stuck behind a lock or on a sick server is
-    // cancelled (57014, a 503) and its connection goes back to the pool, instead of holding one of
-    // the ten until the server gives up.
-    ...(statementTimeoutMs ? { statement_timeout: statementTimeoutMs } : {}),
+    // Sent with each connection's start-up: a statement stuck behind a lock is cancelled (55P03, a
+    // 503) and its connection goes back to the pool, instead of holding one of the ten until the
+    // lock goes. A lock timeout, not a statement timeout: PostgreSQL arms the first only when a
+    // statement has to wait, the second around every statement (docs/operations.md).
+    ...(lockTimeoutMs ? { lock_timeout: lockTimeoutMs } : {}),
     types: {
       getTypeParser: ((oid: number, format?: string) =>
         oid === PG_INT8_OID ? (value: string) => Number(value) : pg.types.getTypeParser(oid, format as 'text')) as typeof PgModule.types.getTypeParser,
@@ -377,7 +378,7 @@ function failover(pg: typeof PgModule, target: PostgresTarget) {
 }
 
 /** Every migration in order; a few need to know the engine (identity columns, clock defaults). */
-function migrationsFor(engine: Engine): Record<string, Migration> {
+export function migrationsFor(engine: Engine): Record<string, Migration> {
   return {
     '0001_initial': m0001,
     '0002_watchlists': m0002,
@@ -418,15 +419,15 @@ export async function migrate(db: Db): Promise<string[]> {
     return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName)
   }
   if (db.engine === 'sqlite') return run(db.kysely)
-  // On PostgreSQL the migrations run on one connection with the statement timeout lifted: an index
-  // built on a large table, or the wait for another instance's migration lock, may take longer than
-  // a request's statement. RESET gives the connection back its start-up value.
+  // On PostgreSQL the migrations run on one connection with the lock timeout lifted: another
+  // instance's migration lock, or a lock a migration's DDL needs, may take longer to come than a
+  // request should wait. RESET gives the connection back its start-up value.
   return db.kysely.connection().execute(async (connection) => {
-    await sql`set statement_timeout = 0`.execute(connection)
+    await sql`set lock_timeout = 0`.execute(connection)
     try {
       return await run(connection)
     } finally {
-      await sql`reset statement_timeout`.execute(connection)
+      await sql`reset lock_timeout`.execute(connection)
     }
   })
 }
@@ -461,9 +462,9 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     // read_only_sql_transaction: a write reached a standby (a failover under way); the connection
     // is dropped and the next one looks for the primary.
     if (code === '25006') return true
-    // query_canceled: the statement timeout (DATABASE_STATEMENT_TIMEOUT_MS) or an operator's cancel;
-    // the statement's transaction rolled back, so the request may simply be tried again.
-    if (code === '57014') return true
+    // lock_not_available: the lock timeout (DATABASE_LOCK_TIMEOUT_MS); query_canceled: an operator's
+    // cancel. The statement's transaction rolled back, so the request may simply be tried again.
+    if (code === '55P03' || code === '57014') return true
     if (code === 'SQLITE_BUSY' || code.startsWith('SQLITE_IOERR') || code === 'SQLITE_CANTOPEN' || code === 'SQLITE_FULL') return true
   }
   return UNAVAILABLE_MESSAGES.some((pattern) => pattern.test(error.message))
