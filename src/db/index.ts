@@ -419,9 +419,10 @@ export async function migrate(db: Db): Promise<string[]> {
     return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName)
   }
   if (db.engine === 'sqlite') return run(db.kysely)
-  // On PostgreSQL the migrations run on one connection with the lock timeout lifted: another
-  // instance's migration lock, or a lock a migration's DDL needs, may take longer to come than a
-  // request should wait. RESET gives the connection back its start-up value.
+  // On PostgreSQL the migrations run on one connection with the lock timeout lifted: a lock a
+  // migration's DDL needs (a busy table) may take longer to come than a request should wait (Kysely
+  // bounds the wait for its own migration lock itself). RESET gives the connection back its
+  // start-up value.
   return db.kysely.connection().execute(async (connection) => {
     await sql`set lock_timeout = 0`.execute(connection)
     try {
