@@ -203,12 +203,9 @@ async function portcullis(engine: string): Promise<Provider & { readers: { own: 
 }
 
 /** Better Auth with its jwt and oauth-provider plugins (bench/peers/better-auth.ts), SIGNERS users signed up (and so signed in) over HTTP. */
-async function betterAuth(): Promise<Provider> {
-  await report.quiet()
-  const peerEnv = { BETTER_AUTH_SECRET: randomBytes(32).toString('base64url'), BENCH_REDIRECT_URI: REDIRECT_URI, BENCH_ID_TOKEN_ALG: ID_TOKEN_ALG }
-  const server = report.server(await startServer(peerEnv, { args: peerArgs, cpus: s.serverCpus }))
-  try {
-    const client = JSON.parse(readFileSync(path.join(server.dataDir, 'client.json'), 'utf8')) as PeerClient
+function betterAuth(): Promise<Provider> {
+  const peerEnv = { BETTER_AUTH_SECRET: randomBytes(32).toString('base64url') }
+  return peer(peerEnv, peerArgs, async (server, client) => {
     const base = `${server.base}${PEER_BASE_PATH}`
     const origin = `http://localhost:${server.port}`
     const tag = randomBytes(4).toString('hex')
@@ -219,9 +216,7 @@ async function betterAuth(): Promise<Provider> {
     })
     return {
       name: `Better Auth ${peerVersion}`,
-      server,
       tokenUrl: `${base}/oauth2/token`,
-      headers: { ...form, authorization: basic(client) },
       mint: (n) =>
         mintAcross(cookies, n, async (cookie) => {
           const verifier = pkce()
@@ -230,47 +225,45 @@ async function betterAuth(): Promise<Provider> {
           const location = response.status === 200 ? ((await response.json()) as { url?: string }).url : response.headers.get('location')
           return { code: codeOf(location, `Better Auth's authorize (${response.status})`), verifier: verifier.verifier }
         }),
-      cpuMs: () => server.cpuMs(),
-      stop: () => server.stop(),
-      spare: [],
     }
-  } catch (error) {
-    await server.stop()
-    throw error
-  }
+  })
 }
 
 /**
  * oidc-provider by itself (bench/peers/oidc-provider-alone.ts): what a token request costs the
  * library with storage in memory and nothing of Portcullis's, the floor under Portcullis's figures.
  */
-async function libraryAlone(): Promise<Provider> {
+function libraryAlone(): Promise<Provider> {
+  return peer({}, aloneArgs, async (server) => ({
+    name: `oidc-provider ${libraryVersion} alone`,
+    tokenUrl: `${server.base}/token`,
+    mint: async (n) => {
+      const verifiers = Array.from({ length: n }, pkce)
+      const minted: Minted[] = []
+      // In slices: one request of thousands of codes would hold the peer's event loop for seconds.
+      for (let at = 0; at < n; at += 500) {
+        const slice = verifiers.slice(at, at + 500)
+        const response = await fetch(`${server.base}/bench/mint`, { method: 'POST', body: JSON.stringify(slice.map((v) => v.challenge)) })
+        if (!response.ok) throw new Error(`bench: the library's mint answered ${response.status}: ${await response.text()}`)
+        const codes = (await response.json()) as string[]
+        minted.push(...codes.map((code, i) => ({ code, verifier: slice[i]!.verifier })))
+      }
+      return minted
+    },
+  }))
+}
+
+/**
+ * A peer in bench/peers/ (`args`), started with the bench's redirect URI and ID token algorithm
+ * and `env`, its client read from the client.json it writes; `build` gives what differs between
+ * peers. The server is stopped if that fails.
+ */
+async function peer(env: Record<string, string>, args: string[], build: (server: BenchServer, client: PeerClient) => Promise<Pick<Provider, 'name' | 'tokenUrl' | 'mint'>>): Promise<Provider> {
   await report.quiet()
-  const server = report.server(await startServer({ BENCH_REDIRECT_URI: REDIRECT_URI, BENCH_ID_TOKEN_ALG: ID_TOKEN_ALG }, { args: aloneArgs, cpus: s.serverCpus }))
+  const server = report.server(await startServer({ BENCH_REDIRECT_URI: REDIRECT_URI, BENCH_ID_TOKEN_ALG: ID_TOKEN_ALG, ...env }, { args, cpus: s.serverCpus }))
   try {
     const client = JSON.parse(readFileSync(path.join(server.dataDir, 'client.json'), 'utf8')) as PeerClient
-    return {
-      name: `oidc-provider ${libraryVersion} alone`,
-      server,
-      tokenUrl: `${server.base}/token`,
-      headers: { ...form, authorization: basic(client) },
-      mint: async (n) => {
-        const verifiers = Array.from({ length: n }, pkce)
-        const minted: Minted[] = []
-        // In slices: one request of thousands of codes would hold the peer's event loop for seconds.
-        for (let at = 0; at < n; at += 500) {
-          const slice = verifiers.slice(at, at + 500)
-          const response = await fetch(`${server.base}/bench/mint`, { method: 'POST', body: JSON.stringify(slice.map((v) => v.challenge)) })
-          if (!response.ok) throw new Error(`bench: the library's mint answered ${response.status}: ${await response.text()}`)
-          const codes = (await response.json()) as string[]
-          minted.push(...codes.map((code, i) => ({ code, verifier: slice[i]!.verifier })))
-        }
-        return minted
-      },
-      cpuMs: () => server.cpuMs(),
-      stop: () => server.stop(),
-      spare: [],
-    }
+    return { ...(await build(server, client)), server, headers: { ...form, authorization: basic(client) }, cpuMs: () => server.cpuMs(), stop: () => server.stop(), spare: [] }
   } catch (error) {
     await server.stop()
     throw error
