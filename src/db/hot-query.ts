@@ -1,4 +1,5 @@
 import { CompiledQuery, sql, type Compilable, type Kysely } from 'kysely'
+import type { Db } from './index.ts'
 import type { Database } from './schema.ts'
 
 type Slot<Args> = { arg: keyof Args } | { value: unknown }
@@ -26,10 +27,20 @@ const PLANS_MAX = 128
  * compiled query's parameters are matched back to those names, and any other value the builder
  * put in stays as it was.
  */
+export interface HotQuery<Args, Row> {
+  /** On this executor: the pool, or a transaction. */
+  (db: Kysely<Database>, args: Args): Promise<Row[]>
+  /**
+   * Outside any transaction, over committed data only: on SQLite at once, on its reader connection
+   * (Db.readCommitted); elsewhere as above on the pool. For reads on the request path.
+   */
+  committed(db: Db, args: Args): Row[] | Promise<Row[]>
+}
+
 export function hotQuery<Args extends Record<string, unknown>, Row>(
   build: (db: Kysely<Database>, arg: <K extends keyof Args>(name: K) => Args[K]) => Compilable<Row>,
   options: HotQueryOptions<Args> = {},
-): (db: Kysely<Database>, args: Args) => Promise<Row[]> {
+): HotQuery<Args, Row> {
   const literal = new Set(options.literal ?? [])
   // Keyed by the dialect's adapter, which a transaction shares with the handle it came from: the
   // SQL depends on the dialect only, so a plan made outside a transaction serves inside one.
@@ -56,7 +67,7 @@ export function hotQuery<Args extends Record<string, unknown>, Row>(
     return { sql: compiled.sql, slots }
   }
 
-  return async (db, args) => {
+  const bound = (db: Kysely<Database>, args: Args): CompiledQuery => {
     const dialect = db.getExecutor().adapter
     let byLiterals = plans.get(dialect)
     if (!byLiterals) {
@@ -71,6 +82,15 @@ export function hotQuery<Args extends Record<string, unknown>, Row>(
       byLiterals.set(key, compiled)
     }
     const parameters = compiled.slots.map((slot) => ('arg' in slot ? args[slot.arg] : slot.value))
-    return (await db.executeQuery<Row>(CompiledQuery.raw(compiled.sql, parameters))).rows
+    return CompiledQuery.raw(compiled.sql, parameters)
   }
+
+  const run = async (db: Kysely<Database>, args: Args): Promise<Row[]> => (await db.executeQuery<Row>(bound(db, args))).rows
+  return Object.assign(run, {
+    committed(db: Db, args: Args): Row[] | Promise<Row[]> {
+      if (!db.readCommitted) return run(db.kysely, args)
+      const query = bound(db.kysely, args)
+      return db.readCommitted(query.sql, query.parameters) as Row[]
+    },
+  })
 }

@@ -42,6 +42,12 @@ export interface Db {
   preparedStatements?(): number
   /** Their SQL texts (the query-plan test explains each one). */
   statementTexts?(): string[]
+  /**
+   * SQLite only: a read of committed data, run at once on a connection of its own that only reads
+   * (src/db/hot-query.ts's `committed`). For the request path's reads outside any transaction; it
+   * never sees a transaction in progress, which the shared connection's reads could.
+   */
+  readCommitted?(sql: string, parameters: readonly unknown[]): unknown[]
   /** Cheap liveness probe for /readyz. */
   ping(): Promise<void>
   close(): Promise<void>
@@ -90,15 +96,32 @@ function openSqlite(dataDir: string): Db {
   sqlite.pragma(`cache_size = ${-SQLITE_CACHE_KIB}`)
   const statements = reusedStatements(sqlite)
   const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: statements }) })
+  // The reader, opened on the first read (after the migrations): Kysely's SQLite dialect serves
+  // every query through one connection behind a lock held across a transaction's awaits, so a read
+  // there waits for any transaction in progress and costs a chain of promises; here it is one
+  // synchronous statement over the last commit (WAL readers never wait for the writer).
+  let reader: ReturnType<typeof reusedStatements> | undefined
+  const openReader = () => {
+    const connection = new SQLite(sqliteFile(dataDir), { readonly: true })
+    connection.pragma('busy_timeout = 5000')
+    connection.pragma(`cache_size = ${-SQLITE_CACHE_KIB}`)
+    return reusedStatements(connection)
+  }
   return {
     kysely,
     engine: 'sqlite',
-    preparedStatements: () => statements.size(),
-    statementTexts: () => statements.texts(),
+    preparedStatements: () => statements.size() + (reader?.size() ?? 0),
+    statementTexts: () => [...new Set([...statements.texts(), ...(reader?.texts() ?? [])])],
+    readCommitted(text, parameters) {
+      reader ??= openReader()
+      return reader.prepare(text).all(parameters)
+    },
     async ping() {
       await sql`select 1`.execute(kysely)
     },
     async close() {
+      reader?.close()
+      reader = undefined
       await kysely.destroy()
     },
   }

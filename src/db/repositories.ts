@@ -136,9 +136,13 @@ export const users = {
     return (await userById(db, { id }))[0] ?? null
   },
 
-  /** findById on the request path, outside any transaction: batched on PostgreSQL (above). */
+  /**
+   * findById on the request path, outside any transaction: batched on PostgreSQL (above), on
+   * SQLite read at once on the reader connection (src/db/hot-query.ts's `committed`).
+   */
   async read(db: Db, id: string): Promise<UserRow | null> {
-    return db.engine === 'postgres' ? batchesOf(db).users.load(id) : users.findById(db.kysely, id)
+    if (db.engine === 'postgres') return batchesOf(db).users.load(id)
+    return (await userById.committed(db, { id }))[0] ?? null
   },
 
   async list(db: Executor, limit: number): Promise<UserRow[]> {
@@ -491,10 +495,10 @@ export const watchlists = {
     return watchlistPage(db, { userId, after: afterPosition, limit })
   },
 
-  /** page on the request path, outside any transaction: batched on PostgreSQL (above). */
+  /** page on the request path, outside any transaction: as users.read. */
   async readPage(db: Db, userId: string, afterPosition: number, limit: number): Promise<WatchlistRow[]> {
     if (db.engine === 'postgres') return batchesOf(db).pages.load({ userId, after: afterPosition, limit })
-    return watchlistPage(db.kysely, { userId, after: afterPosition, limit })
+    return watchlistPage.committed(db, { userId, after: afterPosition, limit })
   },
 
   /** One page of an organisation's lists in position order (at most a hundred of them: sorted after the index). */

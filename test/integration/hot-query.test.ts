@@ -6,7 +6,7 @@ import { createStorage, ENGINES } from '../helpers/db.ts'
 
 for (const engine of ENGINES) {
   describe(`hot queries on ${engine}`, () => {
-    test('answer exactly as the built query does, keep literal values, and compile once per handle', async () => {
+    test('answer exactly as the built query does, on a handle, in a transaction or over committed data, and compile once per dialect', async () => {
       const storage = await createStorage(engine)
       const db = openDatabase({ databaseUrl: storage.databaseUrl, dataDir: storage.dataDir })
       try {
@@ -32,6 +32,15 @@ for (const engine of ENGINES) {
         })
         assert.equal(builds, 1)
         assert.deepEqual((await query(db.kysely, { value: 'odd', after: 5, limit: 10 })).map((r) => r.name), ['hot-9'])
+        // committed: the same answer from the same plan, outside any transaction (on SQLite on the
+        // reader connection), over committed rows only and without waiting for a transaction.
+        assert.deepEqual(await query.committed(db, { value: 'even', after: -1, limit: 10 }), await query(db.kysely, { value: 'even', after: -1, limit: 10 }))
+        await db.kysely.transaction().execute(async (trx) => {
+          await trx.insertInto('secrets').values({ name: 'hot-11', value: 'odd', created_at: 11 }).execute()
+          assert.deepEqual((await query.committed(db, { value: 'odd', after: 5, limit: 10 })).map((r) => r.name), ['hot-9'])
+        })
+        assert.deepEqual((await query.committed(db, { value: 'odd', after: 5, limit: 10 })).map((r) => r.name), ['hot-9', 'hot-11'])
+        assert.equal(builds, 1)
       } finally {
         await db.close()
         await storage.drop()

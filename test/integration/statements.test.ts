@@ -31,12 +31,56 @@ describe('prepared-statement reuse on sqlite', () => {
     assert.equal(prepared(), count)
   })
 
+  test('a read on the request path neither waits for nor sees a transaction in progress', async () => {
+    const user = await registerVerifyLogin(t)
+    const { id: userId } = await t.app.services.db.kysely.selectFrom('users').select('id').where('email', '=', user.email).executeTakeFirstOrThrow()
+    assert.equal((await t.get('/auth/me', user.access_token)).statusCode, 200)
+    assert.equal((await t.call('POST', '/watchlists', user.access_token, { name: 'Committed' })).statusCode, 201)
+    let release!: () => void
+    let began!: () => void
+    const held = new Promise<void>((resolve) => (release = resolve))
+    const inside = new Promise<void>((resolve) => (began = resolve))
+    const transaction = t.app.services.db.kysely.transaction().execute(async (trx) => {
+      await trx.updateTable('watchlists').set({ name: 'Uncommitted' }).where('user_id', '=', userId).execute()
+      await trx.updateTable('users').set({ full_name: 'Uncommitted' }).where('id', '=', userId).execute()
+      began()
+      await held
+    })
+    await inside
+    // Through Kysely's one connection these reads would wait for the transaction to end.
+    const waited = (ms: number) => new Promise<'waited'>((resolve) => setTimeout(() => resolve('waited'), ms).unref())
+    try {
+      const list = await Promise.race([t.get('/watchlists', user.access_token), waited(2000)])
+      assert.notEqual(list, 'waited', 'GET /watchlists waited for the transaction')
+      assert.equal(list !== 'waited' && list.json().data.watchlists[0].name, 'Committed')
+      const me = await Promise.race([t.get('/auth/me', user.access_token), waited(2000)])
+      assert.notEqual(me, 'waited', 'GET /auth/me waited for the transaction')
+      assert.notEqual(me !== 'waited' && me.json().data.full_name, 'Uncommitted')
+    } finally {
+      release()
+      await transaction
+    }
+    assert.equal((await t.get('/watchlists', user.access_token)).json().data.watchlists[0].name, 'Uncommitted')
+    assert.equal((await t.get('/auth/me', user.access_token)).json().data.full_name, 'Uncommitted')
+  })
+})
+
+describe('the statement cache on sqlite', () => {
+  let t: TestApp
+  before(async () => {
+    t = await startTestApp('sqlite')
+  })
+  after(async () => {
+    await t.close()
+  })
+
+  // A fresh app: no request has opened the reader connection, whose statements would count too.
   test('distinct SQL texts get distinct statements, and at most 500 are kept', async () => {
     for (let i = 0; i < 600; i++) {
       const { rows } = await sql<{ n: number }>`select ${sql.raw(String(i))} as n`.execute(t.app.services.db.kysely)
       assert.equal(rows[0]!.n, i)
     }
-    assert.equal(prepared(), 500)
+    assert.equal(t.app.services.db.preparedStatements!(), 500)
   })
 })
 
