@@ -1,13 +1,16 @@
-// npm run bench: the built service (this tree's dist/, built just before) against two peers measured
+// npm run bench: the built service (this tree's dist/, built just before) against peers measured
 // in the same run: bare Fastify (bench/peers/bare-fastify.ts, the framework's ceiling on this
 // machine) and earlier releases built from git (BENCH_PREVIOUS, default 5756967,85d932a: the first
 // is "the previous release" of the vs-previous column, and every one of them gets a standing row
 // of its own bearer read, so a regression of the read shows at once), on SQLite and PostgreSQL;
 // then the login flood (bench/flood.ts) on this tree. 5756967 is main before the turn of issues
 // 41-46; 85d932a is the release before the OpenID provider, the read's reference of issue 46.
+// Beside them, issue 46's other reference: Better Auth's stateless check of its jwt plugin's token
+// (bench/peers/better-auth.ts: jose against its JWKS, no database read), at the same connections
+// and with as many users' tokens in turn as the service's read.
 //
-// Each round is a bare Fastify run (with raw argon2id, login's ceiling), a run of each earlier
-// release and a run of this tree, in an order that rotates from round to round; every run is a
+// Each round is a bare Fastify run (with raw argon2id, login's ceiling), a Better Auth read, a run
+// of each earlier release and a run of this tree, in an order that rotates from round to round; every run is a
 // fresh server (and PostgreSQL database) with READERS users, each case warmed up before it is
 // measured (not login and register: argon2id's cost). A ratio is the median of the rounds' ratios,
 // its range beside it; req/s, p50 and p99 are medians over the rounds.
@@ -15,7 +18,8 @@
 // BENCH_SECONDS (10), BENCH_WARMUP_SECONDS (3), BENCH_PAIRS (3) rounds, BENCH_ENGINES
 // (sqlite,postgres), BENCH_PREVIOUS (commits, comma-separated, or "none"), BENCH_SERVER_CPUS and BENCH_LOADER_CPUS,
 // LOG_LEVEL; PostgreSQL from DATABASE_URL or a throwaway cluster (bench/lib/databases.ts).
-import { rmSync } from 'node:fs'
+import { randomBytes } from 'node:crypto'
+import { readFileSync, rmSync } from 'node:fs'
 import path from 'node:path'
 import { hash, verify } from '@node-rs/argon2'
 import { ARGON2ID, OWASP_ARGON2_PARAMS } from '../src/auth/passwords.ts'
@@ -23,7 +27,7 @@ import { FLOOD_CONNECTIONS, floodMemory, floodRows, floodRuns, READ_CONNECTIONS 
 import { benchDatabases } from './lib/databases.ts'
 import { flowInChild, type FlowResult } from './lib/flows.ts'
 import type { LoadResult } from './lib/load.ts'
-import { seedReaders } from './lib/readers.ts'
+import { seedBetterAuthReaders, seedReaders } from './lib/readers.ts'
 import { mb, median, met, pause, percent, range, Report, rotation, settings, stats, times } from './lib/report.ts'
 import { BENCH_ENV, buildCommit, startArgs, startServer } from './lib/server.ts'
 
@@ -33,6 +37,10 @@ const CONNECTIONS = 50
 const HASHING_CONNECTIONS = 8
 const READERS = 100
 const json = { 'content-type': 'application/json' }
+
+const BETTER_AUTH = (JSON.parse(readFileSync('node_modules/better-auth/package.json', 'utf8')) as { version: string }).version
+/** npm start's node flags for the peer too; Node runs its TypeScript itself, no loader. */
+const betterAuthArgs = [...startArgs().filter((arg) => arg.startsWith('--')), 'bench/peers/better-auth.ts']
 
 const earlier = PREVIOUS.map(buildCommit)
 const previous = earlier[0]
@@ -45,7 +53,7 @@ const report = new Report('npm run bench', s, [
   `connections: ${CONNECTIONS} for the reads and refresh, ${HASHING_CONNECTIONS} for login and register; the flood ${FLOOD_CONNECTIONS} logins beside ${READ_CONNECTIONS} reads; reads rotate through ${READERS} users' tokens`,
   `time: ${s.seconds} s measured after ${s.warmup} s of warm-up (none for login, register and the flood) on a fresh server${s.engines.includes('postgres') ? ' and PostgreSQL database' : ''} each run; ${s.rounds} rounds`,
   `server: node ${startArgs().join(' ')} (npm start's command), LOG_LEVEL=${BENCH_ENV.LOG_LEVEL}${process.env.LOG_LEVEL ? '' : " (npm start's default)"}, the log to /dev/null`,
-  `peers in the same run: bare Fastify (bench/peers/bare-fastify.ts)${earlier.length ? ` and the earlier releases ${earlier.map((build) => build.commit).join(', ')} (BENCH_PREVIOUS, the first the previous release; built from git with ${previous!.note})` : ''}; rounds rotate the order bare, ${earlier.map((build) => `${build.commit}, `).join('')}current`,
+  `peers in the same run: bare Fastify (bench/peers/bare-fastify.ts), Better Auth ${BETTER_AUTH}'s stateless read (bench/peers/better-auth.ts: GET /api/v1/watchlists checks the jwt plugin's EdDSA token with jose against the server's JWKS, kept after the first fetch, and answers an empty list without a database read; node ${betterAuthArgs.join(' ')})${earlier.length ? ` and the earlier releases ${earlier.map((build) => build.commit).join(', ')} (BENCH_PREVIOUS, the first the previous release; built from git with ${previous!.note})` : ''}; rounds rotate the order bare, Better Auth, ${earlier.map((build) => `${build.commit}, `).join('')}current`,
 ])
 
 async function bareRun(): Promise<LoadResult> {
@@ -53,6 +61,19 @@ async function bareRun(): Promise<LoadResult> {
   const server = report.server(await startServer({}, { args: ['--import', 'tsx', 'bench/peers/bare-fastify.ts'], cpus: s.serverCpus }))
   try {
     return await report.load('bare Fastify', server.cpuMs, { url: `${server.base}/`, connections: CONNECTIONS })
+  } finally {
+    await server.stop()
+  }
+}
+
+/** Better Auth's stateless bearer read (issue 46's peer), READERS users' tokens in turn. */
+async function betterAuthRun(): Promise<LoadResult> {
+  await report.quiet()
+  const env = { BETTER_AUTH_SECRET: randomBytes(32).toString('base64url'), BENCH_REDIRECT_URI: 'https://rp.example/cb' }
+  const server = report.server(await startServer(env, { args: betterAuthArgs, cpus: s.serverCpus }))
+  try {
+    const tokens = await seedBetterAuthReaders(server.base, `http://localhost:${server.port}`, READERS)
+    return await report.load('Better Auth GET /api/v1/watchlists', server.cpuMs, { url: `${server.base}/api/v1/watchlists`, connections: CONNECTIONS, tokens })
   } finally {
     await server.stop()
   }
@@ -137,26 +158,29 @@ async function serviceRun(build: Build, engine: string, restart: boolean): Promi
 
 async function engineRun(engine: string) {
   const bare: LoadResult[] = []
+  const betterAuth: LoadResult[] = []
   const argon2: number[] = []
   const runs: Record<Build, ServiceRun[]> = Object.fromEntries(Object.keys(trees).map((build) => [build, []]))
   for (let round = 0; round < s.rounds; round++) {
-    for (const slot of rotation(['bare', ...earlier.map((_, i) => `previous${i}`), 'current'], round)) {
+    for (const slot of rotation(['bare', 'betterAuth', ...earlier.map((_, i) => `previous${i}`), 'current'], round)) {
       console.error(`bench: ${engine} round ${round + 1} of ${s.rounds}: ${slot}`)
       if (slot === 'bare') {
         bare.push(await bareRun())
         argon2.push(await rawArgon2())
+      } else if (slot === 'betterAuth') {
+        betterAuth.push(await betterAuthRun())
       } else {
         runs[slot]!.push(await serviceRun(slot, engine, round === s.rounds - 1))
       }
     }
   }
   console.error(`bench: ${engine} login flood`)
-  return { engine, bare, argon2, runs, flood: await floodRuns(report, databases, engine) }
+  return { engine, bare, betterAuth, argon2, runs, flood: await floodRuns(report, databases, engine) }
 }
 
 /** The rows of the table for one engine: case, engine, req/s | p50 | p99, vs bare, vs previous, target. */
 function rows(r: Awaited<ReturnType<typeof engineRun>>): string[][] {
-  const { engine, bare, argon2, runs } = r
+  const { engine, bare, betterAuth, argon2, runs } = r
   const current = runs.current!
   const before = runs.previous0 ?? []
   const vsPrevious = (pick: (run: ServiceRun) => number) => (before.length ? range(current.map((run, i) => pick(run) / pick(before[i]!))) : '')
@@ -173,6 +197,8 @@ function rows(r: Awaited<ReturnType<typeof engineRun>>): string[][] {
     const label = i === 0 ? 'the previous release' : 'an earlier release'
     out.push([`GET /watchlists on ${build.commit} (${label})`, engine, stats(theirs.map((x) => x.watchlists)), range(theirs.map((run, j) => run.watchlists.rps / bare[j]!.rps), percent), `this tree ${range(current.map((run, j) => run.watchlists.rps / theirs[j]!.watchlists.rps))}`, 'this tree >= x1.00'])
   })
+  const overPeer = current.map((run, j) => run.watchlists.rps / betterAuth[j]!.rps)
+  out.push([`GET /watchlists beside Better Auth ${BETTER_AUTH}'s stateless JWT check (its GET /api/v1/watchlists)`, engine, stats(betterAuth), range(betterAuth.map((run, j) => run.rps / bare[j]!.rps), percent), `this tree ${range(overPeer)}`, `this tree >= x2.00 (issue 46): ${met(median(overPeer) >= 2)}`])
   const refreshShare = share((x) => x.refresh)
   out.push(['POST /auth/refresh', engine, stats(current.map((x) => x.refresh)), range(refreshShare, percent), vsPrevious((x) => x.refresh.rps), engine === 'sqlite' ? target(median(refreshShare), 0.15, '>= 15%') : ''])
   out.push(['raw argon2id verify, 2 at a time', engine, `${Math.round(median(argon2))} | | `, '100%', '', 'baseline'])

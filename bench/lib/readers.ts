@@ -26,3 +26,23 @@ export async function seedReaders(api: string, count: number, password = 'a benc
   for (let u = 0; u < count; u += 4) readers.push(...(await Promise.all(Array.from({ length: Math.min(4, count - u) }, (_, i) => one(u + i)))))
   return readers
 }
+
+/**
+ * `count` users of Better Auth's peer (bench/peers/better-auth.ts) at `base` (its root URL), each
+ * signed up and holding the jwt plugin's token for its session (GET /api/auth/token), the bearer
+ * token of the peer's stateless read. `origin` is the peer's baseURL, which its sign-up checks.
+ */
+export async function seedBetterAuthReaders(base: string, origin: string, count: number, password = 'a benchmark passphrase'): Promise<string[]> {
+  const tag = `${Date.now()}-${Math.random().toString(36).slice(2, 8)}`
+  const one = async (u: number): Promise<string> => {
+    const signUp = await fetch(`${base}/api/auth/sign-up/email`, { method: 'POST', headers: { ...json, origin }, body: JSON.stringify({ email: `bench-${tag}-${u}@example.com`, password, name: 'Bench' }) })
+    if (!signUp.ok) throw new Error(`bench: Better Auth's sign-up answered ${signUp.status}: ${await signUp.text()}`)
+    const cookie = signUp.headers.getSetCookie().map((line) => line.split(';')[0]).join('; ')
+    const token = await fetch(`${base}/api/auth/token`, { headers: { cookie, origin } })
+    if (!token.ok) throw new Error(`bench: Better Auth's /token answered ${token.status}: ${await token.text()}`)
+    return ((await token.json()) as { token: string }).token
+  }
+  const tokens: string[] = []
+  for (let u = 0; u < count; u += 4) tokens.push(...(await Promise.all(Array.from({ length: Math.min(4, count - u) }, (_, i) => one(u + i)))))
+  return tokens
+}

@@ -6,6 +6,11 @@
 // trusted first-party client) and writes it to $DATA_DIR/client.json; the bench signs its users up
 // over HTTP.
 //
+// It also serves the bearer read of `npm run bench` (issue 46): GET /api/v1/watchlists checks the
+// jwt plugin's token statelessly, as the plugin's documentation has a resource server do it (jose's
+// jwtVerify against the server's JWKS, fetched once and kept by jose), and answers an empty list.
+// No database read: the check alone, which can only flatter the peer beside Portcullis's read.
+//
 // Environment: PORT, DATA_DIR (startServer's), BETTER_AUTH_SECRET (the bench makes a random one per
 // run; there is no default), BENCH_REDIRECT_URI (the client's), BENCH_ID_TOKEN_ALG (the jwt plugin's signing key: EdDSA, the plugin's
 // default, or RS256).
@@ -20,6 +25,7 @@ import { betterAuth, type BetterAuthOptions } from 'better-auth'
 import { getMigrations } from 'better-auth/db/migration'
 import { toNodeHandler } from 'better-auth/node'
 import { jwt } from 'better-auth/plugins'
+import { createRemoteJWKSet, jwtVerify } from 'jose'
 
 /** The registered client, as $DATA_DIR/client.json holds it. */
 export interface PeerClient {
@@ -78,9 +84,28 @@ async function main(): Promise<void> {
   writeFileSync(path.join(dataDir, 'client.json'), JSON.stringify({ client_id: client.client_id, client_secret: client.client_secret } satisfies PeerClient))
 
   const handler = toNodeHandler(auth)
+  const origin = `http://localhost:${port}`
+  const keys = createRemoteJWKSet(new URL(`http://127.0.0.1:${port}/api/auth/jwks`))
+  const read = async (authorization: string | undefined): Promise<number> => {
+    const token = /^Bearer (.+)$/.exec(authorization ?? '')?.[1]
+    if (!token) return 401
+    try {
+      await jwtVerify(token, keys, { issuer: origin, audience: origin })
+      return 200
+    } catch {
+      return 401
+    }
+  }
   const server = createServer((request, response) => {
     if (request.url === '/healthz') {
       response.writeHead(200, { 'content-type': 'text/plain' }).end('ok')
+      return
+    }
+    if (request.url === '/api/v1/watchlists' && request.method === 'GET') {
+      void read(request.headers.authorization).then((status) => {
+        const body = status === 200 ? { data: { watchlists: [], next_cursor: null } } : { error: { code: 'UNAUTHORIZED', message: 'Not signed in.' } }
+        response.writeHead(status, { 'content-type': 'application/json; charset=utf-8' }).end(JSON.stringify(body))
+      })
       return
     }
     void handler(request, response)
