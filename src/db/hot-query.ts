@@ -20,13 +20,6 @@ export interface HotQueryOptions<Args> {
 /** A bound on the plans one query keeps per dialect (one per distinct literal value). */
 const PLANS_MAX = 128
 
-/**
- * A query on the request path, built and compiled to SQL once per database and afterwards
- * only given new values: no query building or compiling per request (with statement reuse, the
- * database then only binds and runs it). `build` names each value with `arg('name')`; the
- * compiled query's parameters are matched back to those names, and any other value the builder
- * put in stays as it was.
- */
 export interface HotQuery<Args, Row> {
   /** On this executor: the pool, or a transaction. */
   (db: Kysely<Database>, args: Args): Promise<Row[]>
@@ -37,6 +30,13 @@ export interface HotQuery<Args, Row> {
   committed(db: Db, args: Args): Row[] | Promise<Row[]>
 }
 
+/**
+ * A query on the request path, built and compiled to SQL once per database and afterwards
+ * only given new values: no query building or compiling per request (with statement reuse, the
+ * database then only binds and runs it). `build` names each value with `arg('name')`; the
+ * compiled query's parameters are matched back to those names, and any other value the builder
+ * put in stays as it was.
+ */
 export function hotQuery<Args extends Record<string, unknown>, Row>(
   build: (db: Kysely<Database>, arg: <K extends keyof Args>(name: K) => Args[K]) => Compilable<Row>,
   options: HotQueryOptions<Args> = {},

@@ -101,7 +101,9 @@ function openSqlite(dataDir: string): Db {
   // there waits for any transaction in progress and costs a chain of promises; here it is one
   // synchronous statement over the last commit (WAL readers never wait for the writer).
   let reader: ReturnType<typeof reusedStatements> | undefined
+  let closed = false
   const openReader = () => {
+    if (closed) throw new Error('the database is closed')
     const connection = new SQLite(sqliteFile(dataDir), { readonly: true })
     connection.pragma('busy_timeout = 5000')
     connection.pragma(`cache_size = ${-SQLITE_CACHE_KIB}`)
@@ -120,6 +122,7 @@ function openSqlite(dataDir: string): Db {
       await sql`select 1`.execute(kysely)
     },
     async close() {
+      closed = true
       reader?.close()
       reader = undefined
       await kysely.destroy()
