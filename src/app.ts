@@ -19,7 +19,7 @@ import { installTransportSecurity, pathOf, setCommonHeaders } from './http/secur
 import { lazySerializers } from './http/serialization.ts'
 import { installValidation } from './http/validation.ts'
 import { HandlersInFlight } from './http/in-flight.ts'
-import { lazyRequestLogger, logDestination, REDACT_PATHS, requestLineLogger, serializeError } from './logger.ts'
+import { lazyRequestLogger, logDestination, REDACT_PATHS, requestLineWriter, serializeError } from './logger.ts'
 import { emailPageRoutes, publicEmailRoutes } from './email/routes.ts'
 import { protectedMfaRoutes, publicMfaRoutes, recentSecondFactor } from './mfa/routes.ts'
 import { protectedOidcRoutes, publicOidcRoutes } from './oidc/routes.ts'
@@ -145,17 +145,14 @@ export async function buildApp(config: Config, overrides: AppOverrides = {}): Pr
     if (draining || services.readiness.leaving) reply.header('connection', 'close')
     done()
   })
-  const requestLines = requestLineLogger(config.logLevel, logStream)
-  app.addHook('onResponse', (request, reply, done) => {
-    // Checked first so that with request lines off (LOG_LEVEL=warn) nothing is built per request.
-    if (requestLines.isLevelEnabled('info')) {
-      requestLines.info(
-        { reqId: request.id, method: request.method, path: pathOf(request), status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
-        'request',
-      )
-    }
-    done()
-  })
+  const requestLine = requestLineWriter(config.logLevel, logStream)
+  // With request lines off (LOG_LEVEL=warn) there is no hook at all.
+  if (requestLine) {
+    app.addHook('onResponse', (request, reply, done) => {
+      requestLine({ reqId: request.id, method: request.method, path: pathOf(request), status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 })
+      done()
+    })
+  }
 
   // Cookies are Secure in production and whenever the service is reached over https.
   const secureCookies = config.production || config.publicUrl.startsWith('https://')

@@ -1,4 +1,4 @@
-import type { Writable } from 'node:stream'
+import { hostname } from 'node:os'
 import type { FastifyBaseLogger } from 'fastify'
 import pino, { type DestinationStream } from 'pino'
 
@@ -38,21 +38,89 @@ export function serializeError(error: unknown): unknown {
   return { type: type ?? name ?? error.constructor?.name, code, message }
 }
 
-/** Standard output, as pino writes it when given no stream (asynchronously, flushed at exit). */
-export function logDestination(): DestinationStream {
-  return pino.destination(1)
+/** Where a log line goes: pino's destinations, a Writable (the tests' capture), or TurnBatchedLog. */
+export interface LineSink {
+  write(line: string): unknown
 }
 
 /**
- * The logger of the line each request writes when it ends: its id, method, path without the
- * query, status and time, all plain values the service fills in itself, so there is nothing in it
- * for the redaction paths to find. Run through them anyway, the wildcard paths (`*.password`...)
- * cost about 10 us a line, most of what the line cost (the microbenchmark bench/log-line.ts, retired
- * with the bench's other one-off probes: `git show 4d3a11a:bench/log-line.ts`; 14 against 4);
- * every other line still goes through them. Same level, same stream as the main logger.
+ * A log destination that hands its lines on once per turn of the event loop: every line of the
+ * turn, in order, joined into one write to `sink`. A bearer read wrote its request line on its own
+ * before, and with pino's asynchronous standard output each line that found no write in flight
+ * started one on libuv's pool (a wake-up of a pool thread, then one of the event loop), while the
+ * lines behind it were appended to a string whose byte length was counted again at every line;
+ * about a quarter of the read's server CPU (issue 46, docs/decisions.md). A line waits at most
+ * until the end of its turn; flushSync() hands on what is waiting at once (at exit).
  */
-export function requestLineLogger(level: string, stream: DestinationStream | Writable): pino.Logger {
-  return pino({ level }, stream)
+export class TurnBatchedLog implements DestinationStream {
+  private waiting: string[] = []
+  private scheduled = false
+
+  constructor(private readonly sink: LineSink) {}
+
+  write(line: string): boolean {
+    this.waiting.push(line)
+    if (!this.scheduled) {
+      this.scheduled = true
+      setImmediate(this.flushSync)
+    }
+    return true
+  }
+
+  readonly flushSync = (): void => {
+    this.scheduled = false
+    if (this.waiting.length === 0) return
+    const lines = this.waiting.length === 1 ? this.waiting[0]! : this.waiting.join('')
+    this.waiting = []
+    this.sink.write(lines)
+  }
+}
+
+let standardOutput: TurnBatchedLog | undefined
+
+/**
+ * Standard output, one write a turn (TurnBatchedLog), each written before the service goes on, as
+ * Node writes its own standard output to a file or pipe on Linux: a reader that stops reading
+ * holds the service up instead of the lines piling up in memory without bound (docs/operations.md).
+ * One per process, handed on at exit.
+ */
+export function logDestination(): TurnBatchedLog {
+  if (!standardOutput) {
+    const log = new TurnBatchedLog(pino.destination({ dest: 1, sync: true }))
+    process.once('exit', log.flushSync)
+    standardOutput = log
+  }
+  return standardOutput
+}
+
+/** The fields of the line each request writes when it ends. */
+export interface RequestLine {
+  reqId: string
+  method: string
+  path: string
+  status: number
+  ms: number
+}
+
+/**
+ * The writer of the line each request writes when it ends (undefined when `level` leaves out
+ * info): its id, method, path without the query, status and time, all plain values the service
+ * fills in itself, so there is nothing in it for the redaction paths to find. The line is the one
+ * pino writes for these fields at info (level, time, pid, hostname, the fields, msg), put together
+ * here: through pino each line cost its serialiser's walk over the object and the wildcard
+ * redaction paths besides (about 10 us a line with them, `git show 4d3a11a:bench/log-line.ts`);
+ * every other line still goes through pino and them. Same stream as the main logger, so the lines
+ * stay in order (test/unit/logger.test.ts holds it to pino's line).
+ */
+export function requestLineWriter(level: string, stream: LineSink): ((line: RequestLine) => void) | undefined {
+  const threshold = pino.levels.values[level]
+  if (threshold === undefined || threshold > pino.levels.values.info!) return undefined
+  const fixed = `,"pid":${process.pid},"hostname":${JSON.stringify(hostname())}`
+  return (line) => {
+    stream.write(
+      `{"level":30,"time":${Date.now()}${fixed},"reqId":${JSON.stringify(line.reqId)},"method":${JSON.stringify(line.method)},"path":${JSON.stringify(line.path)},"status":${line.status},"ms":${line.ms},"msg":"request"}\n`,
+    )
+  }
 }
 
 type Bindings = Parameters<FastifyBaseLogger['child']>[0]
