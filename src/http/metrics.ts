@@ -1,8 +1,6 @@
 import type { FastifyInstance } from 'fastify'
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-
-/** Seconds; from a cached bearer read to a slow password hash. */
-const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
+import { RequestMetrics } from './request-metrics.ts'
 
 /**
  * The Prometheus metrics of one app instance, on prom-client with a registry of its own (tests
@@ -13,19 +11,7 @@ const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
  */
 export class Metrics {
   readonly registry = new Registry()
-  private readonly requests = new Counter({
-    name: 'portcullis_http_requests_total',
-    help: 'HTTP requests answered, by method, route pattern and status.',
-    labelNames: ['method', 'route', 'status'] as const,
-    registers: [this.registry],
-  })
-  private readonly durations = new Histogram({
-    name: 'portcullis_http_request_duration_seconds',
-    help: 'Time spent answering, by method and route pattern.',
-    labelNames: ['method', 'route'] as const,
-    buckets: DURATION_BUCKETS,
-    registers: [this.registry],
-  })
+  private readonly requests = new RequestMetrics(this.registry)
 
   constructor() {
     collectDefaultMetrics({ register: this.registry })
@@ -47,13 +33,9 @@ export class Metrics {
     return new Counter({ name: options.name, help: options.help, labelNames: options.labelNames ?? [], registers: [this.registry] })
   }
 
+  /** Counts the requests of every route registered after this call (src/http/request-metrics.ts). */
   install(app: FastifyInstance): void {
-    app.addHook('onResponse', (request, reply, done) => {
-      const route = request.routeOptions.url ?? 'unmatched'
-      this.requests.inc({ method: request.method, route, status: reply.statusCode })
-      this.durations.observe({ method: request.method, route }, reply.elapsedTime / 1000)
-      done()
-    })
+    this.requests.install(app)
   }
 
   contentType(): string {
