@@ -49,7 +49,8 @@ export interface LineSink {
  * before, and with pino's asynchronous standard output each line that found no write in flight
  * started one on libuv's pool (a wake-up of a pool thread, then one of the event loop), while the
  * lines behind it were appended to a string whose byte length was counted again at every line;
- * about a quarter of the read's server CPU (issue 46, docs/decisions.md). A line waits at most
+ * with pino's building of the line (requestLineWriter below), a quarter of the read's server CPU
+ * (issue 46, docs/decisions.md). A line waits at most
  * until the end of its turn; flushSync() hands on what is waiting at once (at exit).
  */
 export class TurnBatchedLog implements DestinationStream {
