@@ -133,7 +133,7 @@ type PinoLogger = FastifyBaseLogger & { isLevelEnabled(level: string): boolean }
  * Fastify's per-request logger, made on the first line the request writes. Fastify makes a pino
  * child per request to bind its id; with the redaction paths above that costs about 3.6 us (pino
  * runs its redaction over the bindings), on every request, and almost no request writes a line
- * through it (the request line has a logger of its own, requestLineLogger). The lines are the
+ * through it (the request line is written by requestLineWriter). The lines are the
  * same: the child is pino's own, made with the same bindings, when first needed. Route-level logger options (none today) get
  * their child at once.
  */
