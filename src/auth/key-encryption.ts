@@ -30,6 +30,22 @@ export function decodeKek(value: string): Buffer | null {
  * key's kid), so a sealed value copied onto another row does not open there.
  * Format: `enc:v1:` + base64url(iv) + `.` + base64url(ciphertext) + `.` + base64url(tag).
  */
+/** Random IVs drawn in blocks: one call to the system's generator per 512 seals instead of one each. */
+const IV_BLOCK = IV_BYTES * 512
+let ivBlock = Buffer.alloc(0)
+let ivAt = 0
+
+/** A fresh random 96-bit IV, never handed out twice (GCM's requirement). */
+function freshIv(): Buffer {
+  if (ivAt + IV_BYTES > ivBlock.length) {
+    ivBlock = randomBytes(IV_BLOCK)
+    ivAt = 0
+  }
+  const iv = ivBlock.subarray(ivAt, ivAt + IV_BYTES)
+  ivAt += IV_BYTES
+  return iv
+}
+
 export class KeySealer {
   /** Imported once: a Buffer key is imported again by every cipher made with it (about 25 us each on Node 24). */
   private readonly kek: KeyObject
@@ -44,7 +60,7 @@ export class KeySealer {
   }
 
   seal(plaintext: string, aad: string): string {
-    const iv = randomBytes(IV_BYTES)
+    const iv = freshIv()
     const cipher = createCipheriv('aes-256-gcm', this.kek, iv)
     cipher.setAAD(Buffer.from(aad, 'utf8'))
     const ciphertext = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()])

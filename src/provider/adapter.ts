@@ -53,6 +53,8 @@ type Executor = Db['kysely']
 export interface DeferredWrite {
   kind: 'consume' | 'rotation' | 'other'
   run: (trx: Executor) => Promise<void>
+  /** A refresh token's consumption: its id hash, and the successor sealed for it once the rotation made one (stored by the same statement). */
+  rotation?: { idHash: string; successor?: string }
 }
 
 /**
@@ -144,7 +146,7 @@ export class PortcullisAdapter {
     const clientId = typeof payload.clientId === 'string' ? payload.clientId : null
     let sessionId: string | null = null
     if (this.model === 'Session') {
-      const existing = await records.find(this.deps.db.kysely, 'Session', idHash, now)
+      const existing = await records.read(this.deps.db, 'Session', idHash, now)
       sessionId = state?.openedSession ?? state?.carriedSession ?? existing?.session_id ?? null
       // A signed-in provider session is always a Portcullis session; one without is not kept signed in.
       if (payload.accountId && sessionId === null) throw new Error('a provider session signed in without a Portcullis session')
@@ -169,16 +171,20 @@ export class PortcullisAdapter {
     const rotating = this.model === 'RefreshToken' && state?.rotatedFrom !== undefined
     await this.write(state, rotating ? 'rotation' : 'other', (db) => records.upsert(db, row))
     if (rotating) {
-      // The retry window: the rotated token remembers what replaced it.
-      const successor = this.deps.sealer.seal(id, `op:successor:${state!.rotatedFrom}`)
-      await this.write(state, 'rotation', (db) => records.setSuccessor(db, 'RefreshToken', state!.rotatedFrom!, successor))
+      // The retry window: the rotated token remembers what replaced it; in a token request, in the
+      // statement that consumes it.
+      const rotatedFrom = state!.rotatedFrom!
+      const successor = this.deps.sealer.seal(id, `op:successor:${rotatedFrom}`)
+      const consumption = state!.deferred?.find((write) => write.rotation?.idHash === rotatedFrom)?.rotation
+      if (consumption) consumption.successor = successor
+      else await this.write(state, 'rotation', (db) => records.setSuccessor(db, 'RefreshToken', rotatedFrom, successor))
     }
   }
 
   async find(id: string): Promise<Payload | undefined> {
     const now = this.deps.clock.now()
     const idHash = this.idHash(id)
-    const row = await records.find(this.deps.db.kysely, this.model, idHash, now)
+    const row = await records.read(this.deps.db, this.model, idHash, now)
     if (!row) return undefined
     const state = this.deps.current()
     if (state?.deferred) (state.found ??= new Map()).set(idHash, row)
@@ -197,7 +203,7 @@ export class PortcullisAdapter {
     const state = this.deps.current()
     if (!state || row.successor === null || now - row.consumed_at! > REFRESH_RETRY_MS) return payload
     const successor = this.deps.sealer.open(row.successor, `op:successor:${row.id_hash}`)
-    const next = await records.find(this.deps.db.kysely, 'RefreshToken', this.idHash(successor), now)
+    const next = await records.read(this.deps.db, 'RefreshToken', this.idHash(successor), now)
     if (!next || next.consumed_at !== null) return payload
     state.retry = { idHash: row.id_hash, successor }
     const { consumed: _consumed, ...unconsumed } = payload
@@ -234,16 +240,19 @@ export class PortcullisAdapter {
     if (state?.deferred) {
       // A token request: judged now by a read, made in its transaction, which checks again and
       // rolls back if another request consumed it in between (ProviderService.commitTokenRequest).
-      const row = state.found?.get(idHash) ?? (await records.find(this.deps.db.kysely, this.model, idHash, 0))
+      const row = state.found?.get(idHash) ?? (await records.read(this.deps.db, this.model, idHash, 0))
       if (row && row.consumed_at === null) {
         const { model } = this
+        const rotation = model === 'RefreshToken' ? { idHash, successor: undefined as string | undefined } : undefined
         state.deferred.push({
           kind: 'consume',
+          rotation,
           run: async (trx) => {
-            if (!(await records.consume(trx, model, idHash, now))) throw new LostRace(model, idHash, row.grant_hash)
+            const consumed = rotation?.successor === undefined ? await records.consume(trx, model, idHash, now) : await records.rotate(trx, model, idHash, now, rotation.successor)
+            if (!consumed) throw new LostRace(model, idHash, row.grant_hash)
           },
         })
-        if (this.model === 'RefreshToken') state.rotatedFrom = idHash
+        if (rotation) state.rotatedFrom = idHash
         return
       }
     } else if (await records.consume(this.deps.db.kysely, this.model, idHash, now)) {
@@ -257,7 +266,7 @@ export class PortcullisAdapter {
       return
     }
     // A code used twice is an attack (RFC 9700 4.5): what the first use issued dies with it.
-    const row = await records.find(this.deps.db.kysely, this.model, idHash, 0)
+    const row = await records.read(this.deps.db, this.model, idHash, 0)
     if (row?.grant_hash) await revokeGrant(this.deps.db, row.grant_hash)
     throw this.deps.invalidGrant(`${this.model === 'AuthorizationCode' ? 'authorization code' : 'code'} already used`)
   }
@@ -295,7 +304,7 @@ export async function revokeGrantIn(trx: Db['kysely'], grantHash: string): Promi
 export async function successorOf(db: Db, sealer: KeySealer, idHash: string, clock: Clock): Promise<string | null> {
   const deadline = Date.now() + RACE_WAIT_MS
   for (;;) {
-    const row = await records.find(db.kysely, 'RefreshToken', idHash, clock.now() - REFRESH_RETRY_MS)
+    const row = await records.read(db, 'RefreshToken', idHash, clock.now() - REFRESH_RETRY_MS)
     if (row?.successor) return sealer.open(row.successor, `op:successor:${idHash}`)
     if (Date.now() > deadline) return null
     await new Promise((resolve) => setTimeout(resolve, 25))

@@ -1,9 +1,13 @@
 import type { Kysely, Selectable } from 'kysely'
+import { hotQuery } from '../db/hot-query.ts'
+import type { Db } from '../db/index.ts'
 import type { Database, OpClientsTable } from '../db/schema.ts'
 
 /** The client registry's storage calls (table op_clients; op_records only to end a removed client's grants). */
 type Executor = Kysely<Database>
 export type ClientRow = Selectable<OpClientsTable>
+
+const clientById = hotQuery<{ clientId: string }, ClientRow>((db, arg) => db.selectFrom('op_clients').selectAll().where('client_id', '=', arg('clientId')))
 
 export const clientStore = {
   async insert(db: Executor, row: ClientRow): Promise<void> {
@@ -11,7 +15,12 @@ export const clientStore = {
   },
 
   async find(db: Executor, clientId: string): Promise<ClientRow | null> {
-    return (await db.selectFrom('op_clients').selectAll().where('client_id', '=', clientId).executeTakeFirst()) ?? null
+    return (await clientById(db, { clientId }))[0] ?? null
+  },
+
+  /** find, outside any transaction, over committed rows (on SQLite at once, on its reader connection): every token request's. */
+  async read(db: Db, clientId: string): Promise<ClientRow | null> {
+    return (await clientById.committed(db, { clientId }))[0] ?? null
   },
 
   async list(db: Executor): Promise<ClientRow[]> {

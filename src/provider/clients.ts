@@ -304,6 +304,11 @@ function notFound(): AppError {
 export class ClientRegistry {
   /** Each client's last use is written at most once an hour from this instance. */
   private readonly lastUse = new OncePerWindow(3600_000)
+  /**
+   * The library's view of each client, by the stored metadata and sealed secret it was made from:
+   * a row read again unchanged (every token request reads it) is not opened and parsed again.
+   */
+  private readonly libraryViews = new Map<string, { metadata: string; secret: string | null; view: LibraryClientMetadata }>()
 
   constructor(private readonly deps: ClientRegistryDeps) {}
 
@@ -436,8 +441,17 @@ export class ClientRegistry {
    * every call: an update, a rotation or a removal is in force on the next request, on every instance.
    */
   async findForLibrary(clientId: string): Promise<LibraryClientMetadata | undefined> {
-    const row = await clientStore.find(this.db, clientId)
+    const row = await clientStore.read(this.deps.db, clientId)
     if (!row) return undefined
+    const kept = this.libraryViews.get(clientId)
+    if (kept && kept.metadata === row.metadata && kept.secret === row.secret) return kept.view
+    const view = deepFreeze(this.libraryView(row))
+    if (this.libraryViews.size >= LIBRARY_VIEWS_MAX) this.libraryViews.delete(this.libraryViews.keys().next().value!)
+    this.libraryViews.set(clientId, { metadata: row.metadata, secret: row.secret, view })
+    return view
+  }
+
+  private libraryView(row: ClientRow): LibraryClientMetadata {
     const r = registrationOf(row)
     const secret = r.type === 'confidential' && row.secret !== null ? this.deps.sealer.open(row.secret, secretAad(row.client_id)) : undefined
     return {
@@ -459,6 +473,18 @@ export class ClientRegistry {
       pkce_required: r.pkce_required,
     }
   }
+}
+
+/** How many clients' library views are kept (the oldest made goes first). */
+const LIBRARY_VIEWS_MAX = 1000
+
+/** Frozen through: a view handed out again and again must be the same each time. */
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    for (const inner of Object.values(value)) deepFreeze(inner)
+    Object.freeze(value)
+  }
+  return value
 }
 
 /** `portcullis keys rewrap`: client secrets move to the new key-encryption key with everything else. */

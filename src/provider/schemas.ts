@@ -133,7 +133,7 @@ export const App = Type.Object({
   name: Type.String(),
   scopes: Type.Array(Type.String()),
   granted_at: When,
-  last_used_at: Type.Union([When, Type.Null()]),
+  last_used_at: Type.Union([When, Type.Null()], { description: 'The last token issued under this approval, to the minute' }),
 })
 /** The apps a user approved (GET /auth/me/apps). */
 export const AppList = Envelope(Type.Object({ apps: Type.Array(App) }))

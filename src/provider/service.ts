@@ -24,6 +24,7 @@ import { records } from './store.ts'
 import type { ClaimsSource } from '../authz/claims.ts'
 import { organizationsOf } from '../authz/provider-claims.ts'
 import { AppError } from '../errors.ts'
+import { isUuid } from '../text.ts'
 
 type Library = typeof import('oidc-provider')
 
@@ -85,6 +86,9 @@ export interface ProviderServiceDeps {
    */
   allowLoopbackFetch: boolean
 }
+
+/** How finely a grant's last use is kept: the token endpoint writes it at most once a minute a grant. */
+const GRANT_USE_RESOLUTION_MS = 60_000
 
 /** An app a user approved, as `GET /auth/me/apps` lists it. */
 export interface ApprovedApp {
@@ -414,9 +418,11 @@ export class ProviderService {
     if (state) state.deferred = undefined
     const grant = ctx.oidc.entities?.Grant as { jti?: string } | undefined
     if (grant?.jti) {
+      // The grant's last use, to the minute: the row this request read says when it was last written.
       const grantRef = this.grantReference(grant.jti)
       const now = this.deps.clock.now()
-      writes.push({ kind: 'other', run: (trx) => records.touchGrant(trx, grantRef, now) })
+      const lastUsed = state?.found?.get(grantRef)?.last_used_at
+      if (lastUsed == null || now - lastUsed >= GRANT_USE_RESOLUTION_MS) writes.push({ kind: 'other', run: (trx) => records.touchGrant(trx, grantRef, now) })
     }
     const commit = (list: typeof writes) =>
       list.length ? this.deps.commits.run(async (trx) => {
@@ -469,7 +475,7 @@ export class ProviderService {
   }
 
   private async findAccount(accountId: string) {
-    const user = await users.findById(this.deps.db.kysely, accountId).catch(() => null)
+    const user = isUuid(accountId) ? await users.read(this.deps.db, accountId) : null
     if (!user || user.status !== 'active') return undefined
     const db = this.deps.db.kysely
     return {

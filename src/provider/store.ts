@@ -1,23 +1,53 @@
 import type { Kysely, Selectable } from 'kysely'
+import { hotQuery } from '../db/hot-query.ts'
+import type { Db } from '../db/index.ts'
 import type { Database, OpRecordsTable } from '../db/schema.ts'
 
 /** The provider module's storage calls for what the library stores (table op_records, migration 0014). */
 type Executor = Kysely<Database>
 export type RecordRow = Selectable<OpRecordsTable>
 
+// The token endpoint's statements, built and compiled once (src/db/hot-query.ts): a token request
+// makes several, and Kysely's building and compiling of each was a measurable part of its cost.
+const recordById = hotQuery<{ model: string; idHash: string; now: number }, RecordRow>((db, arg) =>
+  db.selectFrom('op_records').selectAll().where('model', '=', arg('model')).where('id_hash', '=', arg('idHash')).where('expires_at', '>', arg('now')),
+)
+const UPSERTED: readonly (keyof RecordRow)[] = ['model', 'id_hash', 'grant_hash', 'uid_hash', 'user_code_hash', 'user_id', 'client_id', 'session_id', 'payload', 'successor', 'sids', 'created_at', 'last_used_at', 'expires_at', 'consumed_at']
+const upsertRecord = hotQuery<RecordRow, never>((db, arg) => {
+  const values = Object.fromEntries(UPSERTED.map((column) => [column, arg(column)])) as unknown as RecordRow
+  const { model: _model, id_hash: _id, created_at: _created, ...changing } = values
+  return db.insertInto('op_records').values(values).onConflict((oc) => oc.columns(['model', 'id_hash']).doUpdateSet(changing))
+})
+// A row is consumed by the one statement that finds it unconsumed; RETURNING tells that caller.
+const consumeRecord = hotQuery<{ model: string; idHash: string; now: number }, { id_hash: string }>((db, arg) =>
+  db.updateTable('op_records').set({ consumed_at: arg('now') }).where('model', '=', arg('model')).where('id_hash', '=', arg('idHash')).where('consumed_at', 'is', null).returning('id_hash'),
+)
+const rotateRecord = hotQuery<{ model: string; idHash: string; now: number; successor: string }, { id_hash: string }>((db, arg) =>
+  db
+    .updateTable('op_records')
+    .set({ consumed_at: arg('now'), successor: arg('successor') })
+    .where('model', '=', arg('model'))
+    .where('id_hash', '=', arg('idHash'))
+    .where('consumed_at', 'is', null)
+    .returning('id_hash'),
+)
+const touchGrantRecord = hotQuery<{ grantHash: string; at: number }, never>((db, arg) =>
+  db.updateTable('op_records').set({ last_used_at: arg('at') }).where('model', '=', 'Grant').where('id_hash', '=', arg('grantHash')),
+)
+
 export const records = {
   /** Inserts or replaces the row of (model, id_hash): the library saves a model again after changing it. */
   async upsert(db: Executor, row: RecordRow): Promise<void> {
-    const { model: _model, id_hash: _id, created_at: _created, ...changing } = row
-    await db
-      .insertInto('op_records')
-      .values(row)
-      .onConflict((oc) => oc.columns(['model', 'id_hash']).doUpdateSet(changing))
-      .execute()
+    await upsertRecord(db, row)
   },
 
   async find(db: Executor, model: string, idHash: string, now: number): Promise<RecordRow | null> {
-    return (await db.selectFrom('op_records').selectAll().where('model', '=', model).where('id_hash', '=', idHash).where('expires_at', '>', now).executeTakeFirst()) ?? null
+    return (await recordById(db, { model, idHash, now }))[0] ?? null
+  },
+
+  /** find, outside any transaction, over committed rows (on SQLite at once, on its reader connection). */
+  async read(db: Db, model: string, idHash: string, now: number): Promise<RecordRow | null> {
+    return (await recordById.committed(db, { model, idHash, now }))[0] ?? null
   },
 
   async findBy(db: Executor, model: string, column: 'uid_hash' | 'user_code_hash', hash: string, now: number): Promise<RecordRow | null> {
@@ -26,8 +56,12 @@ export const records = {
 
   /** Marks a row consumed unless it already was: true for the one caller that did it. */
   async consume(db: Executor, model: string, idHash: string, now: number): Promise<boolean> {
-    const result = await db.updateTable('op_records').set({ consumed_at: now }).where('model', '=', model).where('id_hash', '=', idHash).where('consumed_at', 'is', null).executeTakeFirst()
-    return result.numUpdatedRows > 0n
+    return (await consumeRecord(db, { model, idHash, now })).length > 0
+  },
+
+  /** consume for a rotated refresh token, storing its successor (sealed) in the same statement, for the retry window. */
+  async rotate(db: Executor, model: string, idHash: string, now: number, successor: string): Promise<boolean> {
+    return (await rotateRecord(db, { model, idHash, now, successor })).length > 0
   },
 
   /** Stores a rotated refresh token's successor (sealed) on its row, for the retry window. */
@@ -62,7 +96,7 @@ export const records = {
   },
 
   async touchGrant(db: Executor, grantHash: string, at: number): Promise<void> {
-    await db.updateTable('op_records').set({ last_used_at: at }).where('model', '=', 'Grant').where('id_hash', '=', grantHash).execute()
+    await touchGrantRecord(db, { grantHash, at })
   },
 
   /** Whether a grant is live: the check behind a JWT access token on Portcullis's own API. */

@@ -304,6 +304,24 @@ for (const engine of ENGINES) {
       assert.equal((await as(keys.write, 'POST', '/admin/clients/no-such-client/secret')).json().error.code, 'NOT_FOUND')
     })
 
+    test('the library\'s view of a client is kept per stored version: the same row gives the same view, any change of the row a new one at once', async () => {
+      const { client, client_secret } = await create(partnerSite)
+      const id = client.client_id as string
+      const first = await registry().findForLibrary(id)
+      assert.equal(first!.client_secret, client_secret)
+      assert.ok(Object.isFrozen(first) && Object.isFrozen(first!.redirect_uris), 'a view handed out again cannot be changed by whoever holds it')
+      assert.equal(await registry().findForLibrary(id), first, 'the unchanged row is not opened and parsed again')
+      // Another instance (or the CLI) changes the row behind this one's back: the next read sees it.
+      const row = await kysely().selectFrom('op_clients').selectAll().where('client_id', '=', id).executeTakeFirstOrThrow()
+      const metadata = { ...JSON.parse(row.metadata), name: 'Renamed elsewhere' }
+      await kysely().updateTable('op_clients').set({ metadata: JSON.stringify(metadata) }).where('client_id', '=', id).execute()
+      assert.equal((await registry().findForLibrary(id))!.client_name, 'Renamed elsewhere')
+      const { client_secret: fresh } = (await as(keys.write, 'POST', `/admin/clients/${id}/secret`)).json().data
+      assert.equal((await registry().findForLibrary(id))!.client_secret, fresh)
+      assert.equal((await as(keys.write, 'DELETE', `/admin/clients/${id}`)).statusCode, 200)
+      assert.equal(await registry().findForLibrary(id), undefined, 'a removed client is gone at once')
+    })
+
     test('removing a client removes every provider record of it, and only of it', async () => {
       const doomed = (await create(partnerSite)).client.client_id
       const kept = (await create(nativeApp)).client.client_id

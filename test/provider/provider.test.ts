@@ -465,6 +465,23 @@ for (const engine of ENGINES) {
       assert.equal(await userinfoStatus(next.access_token), 200)
     })
 
+    test('9d. an approved app\'s last use is kept to the minute: a refresh within it writes nothing, one after it does', async () => {
+      const user = await registerVerifyLogin(t)
+      const { clientId } = await register()
+      const config = rp(clientId)
+      const { tokens } = await grantFor(config, user)
+      const lastUsed = async () => ((await t.get('/auth/me/apps', user.access_token)).json().data.apps as { last_used_at: string | null }[])[0]!.last_used_at
+      const exchanged = await lastUsed()
+      assert.ok(exchanged, 'the code exchange wrote the first use')
+      t.clock.advance(30)
+      const first = await client.refreshTokenGrant(config, tokens.refresh_token!)
+      assert.equal(await lastUsed(), exchanged, 'within the minute: unchanged')
+      t.clock.advance(31)
+      await client.refreshTokenGrant(config, first.refresh_token!)
+      const later = await lastUsed()
+      assert.equal(Date.parse(later!) - Date.parse(exchanged), 61_000, 'a minute on: the refresh\'s time')
+    })
+
     test('10. a revoked access token (RFC 7009) no longer works at userinfo', async () => {
       const user = await registerVerifyLogin(t)
       const { clientId } = await register()
