@@ -94,7 +94,9 @@ function openSqlite(dataDir: string): Db {
   // A CLI command and the server may share the file; wait for the other writer instead of failing.
   sqlite.pragma('busy_timeout = 5000')
   sqlite.pragma(`cache_size = ${-SQLITE_CACHE_KIB}`)
-  const statements = reusedStatements(sqlite)
+  // Every statement the writing connection runs (a commit among them) ends the reader's snapshot
+  // first, so a read after it sees what it wrote (see readCommitted).
+  const statements = reusedStatements(sqlite, () => endSnapshot())
   const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: statements }) })
   // The reader, opened on the first read (after the migrations): Kysely's SQLite dialect serves
   // every query through one connection behind a lock held across a transaction's awaits, so a read
@@ -102,6 +104,15 @@ function openSqlite(dataDir: string): Db {
   // synchronous statement over the last commit (WAL readers never wait for the writer).
   let reader: ReturnType<typeof reusedStatements> | undefined
   let closed = false
+  // The reads of one turn of the event loop share one read transaction (a snapshot): each read
+  // alone would take and drop SQLite's WAL read lock and check its page cache against the log again.
+  // It ends at the end of the turn, or before the writing connection runs anything, whichever is first.
+  let snapshot = false
+  const endSnapshot = () => {
+    if (!snapshot) return
+    snapshot = false
+    reader?.exec('COMMIT')
+  }
   const openReader = () => {
     if (closed) throw new Error('the database is closed')
     const connection = new SQLite(sqliteFile(dataDir), { readonly: true })
@@ -116,6 +127,11 @@ function openSqlite(dataDir: string): Db {
     statementTexts: () => [...new Set([...statements.texts(), ...(reader?.texts() ?? [])])],
     readCommitted(text, parameters) {
       reader ??= openReader()
+      if (!snapshot) {
+        reader.exec('BEGIN')
+        snapshot = true
+        setImmediate(endSnapshot)
+      }
       return reader.prepare(text).all(parameters)
     },
     async ping() {
@@ -123,6 +139,7 @@ function openSqlite(dataDir: string): Db {
     },
     async close() {
       closed = true
+      endSnapshot()
       reader?.close()
       reader = undefined
       await kysely.destroy()
@@ -138,11 +155,13 @@ const STATEMENT_CACHE_SIZE = 500
  * prepared the first time instead. Safe because better-sqlite3 runs a statement synchronously to
  * completion (nothing here streams rows), and it re-prepares by itself after a schema change.
  */
-function reusedStatements(sqlite: SQLite.Database) {
+function reusedStatements(sqlite: SQLite.Database, beforeEach?: () => void) {
   const prepared = new Map<string, SQLite.Statement>()
   return {
     close: () => sqlite.close(),
+    exec: (sql: string) => void sqlite.exec(sql),
     prepare(sql: string): SQLite.Statement {
+      beforeEach?.()
       let statement = prepared.get(sql)
       if (!statement) {
         if (prepared.size >= STATEMENT_CACHE_SIZE) prepared.delete(prepared.keys().next().value!)

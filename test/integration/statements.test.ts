@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, test } from 'node:test'
 import { sql } from 'kysely'
+import SQLite from 'better-sqlite3'
+import { sqliteFile } from '../../src/db/index.ts'
+import { users } from '../../src/db/repositories.ts'
 import { registerVerifyLogin, startTestApp, type TestApp } from '../helpers/app.ts'
 
 /** SQLite keeps one prepared statement per distinct SQL text (src/db/index.ts). */
@@ -62,6 +65,38 @@ describe('prepared-statement reuse on sqlite', () => {
     }
     assert.equal((await t.get('/watchlists', user.access_token)).json().data.watchlists[0].name, 'Uncommitted')
     assert.equal((await t.get('/auth/me', user.access_token)).json().data.full_name, 'Uncommitted')
+  })
+
+  test('the reads of one turn share a snapshot, which a write on the service\'s own connection ends: a read after a write sees it, in the same turn', async () => {
+    const user = await registerVerifyLogin(t)
+    const { db } = t.app.services
+    const { id } = await db.kysely.selectFrom('users').select('id').where('email', '=', user.email).executeTakeFirstOrThrow()
+    const read = async () => (await users.read(db, id))!.full_name
+    const turn = () => new Promise((resolve) => setImmediate(resolve))
+    await turn()
+    let sameTurn = true
+    setImmediate(() => (sameTurn = false))
+    const before = await read()
+    await db.kysely.updateTable('users').set({ full_name: 'Written' }).where('id', '=', id).execute()
+    assert.equal(await read(), 'Written', 'the write ended the snapshot the first read opened')
+    assert.ok(sameTurn, 'all in one turn of the event loop')
+    assert.notEqual(before, 'Written')
+
+    // Another process's commit (the CLI's, say) is seen from the next turn on.
+    await turn()
+    sameTurn = true
+    setImmediate(() => (sameTurn = false))
+    assert.equal(await read(), 'Written')
+    const other = new SQLite(sqliteFile(t.config.dataDir))
+    try {
+      other.prepare('update users set full_name = ? where id = ?').run('Elsewhere', id)
+    } finally {
+      other.close()
+    }
+    assert.equal(await read(), 'Written', 'within the turn: the snapshot its first read opened')
+    assert.ok(sameTurn, 'all in one turn of the event loop')
+    await turn()
+    assert.equal(await read(), 'Elsewhere', 'the next turn reads the last commit')
   })
 })
 
