@@ -11,6 +11,24 @@ export function keyedHash(key: Buffer | KeyObject, kind: string, value: string):
   return createHmac('sha256', key).update(`${kind}:${value}`).digest('base64url')
 }
 
+/**
+ * A grant's keyed hash (its reference), remembered for the most recent grants: a token request
+ * needs it four or five times (the grant's row, each token's, the last use, a JWT's `gid`). A grant
+ * id is no credential (it is stored in every token's payload, sealed), so keeping it is harmless.
+ */
+export function grantReferences(key: KeyObject, max = 10_000): (grantId: string) => string {
+  const known = new Map<string, string>()
+  return (grantId) => {
+    let hash = known.get(grantId)
+    if (hash === undefined) {
+      hash = keyedHash(key, 'grant', grantId)
+      if (known.size >= max) known.delete(known.keys().next().value!)
+      known.set(grantId, hash)
+    }
+    return hash
+  }
+}
+
 /** What the library hands its adapter to store: a model's payload (its own shape). */
 export type Payload = Record<string, unknown>
 
@@ -77,6 +95,8 @@ export interface AdapterDeps {
   sealer: KeySealer
   /** Keys the hashes every identifier is stored under (imported once: a Buffer is imported again at every HMAC). */
   hmacKey: KeyObject
+  /** A grant's keyed hash under the same key (grantReferences). */
+  grantHash: (grantId: string) => string
   /** The state of the request under way (the library's async-local context), if any. */
   current: () => RequestState | undefined
   /** Whether a Portcullis session is live: a provider session whose Portcullis session ended is gone. */
@@ -111,7 +131,7 @@ export class PortcullisAdapter {
   }
 
   private idHash(id: string): string {
-    return this.model === 'Grant' ? this.hash('grant', id) : this.hash(`id:${this.model}`, id)
+    return this.model === 'Grant' ? this.deps.grantHash(id) : this.hash(`id:${this.model}`, id)
   }
 
   private aad(idHash: string): string {
@@ -154,7 +174,7 @@ export class PortcullisAdapter {
     const row: RecordRow = {
       model: this.model,
       id_hash: idHash,
-      grant_hash: grantId === null ? null : this.hash('grant', grantId),
+      grant_hash: grantId === null ? null : this.deps.grantHash(grantId),
       uid_hash: typeof payload.uid === 'string' ? this.hash('uid', payload.uid) : null,
       user_code_hash: typeof payload.userCode === 'string' ? this.hash('user_code', payload.userCode) : null,
       user_id: accountId,
@@ -282,7 +302,7 @@ export class PortcullisAdapter {
   }
 
   async revokeByGrantId(grantId: string): Promise<void> {
-    await revokeGrant(this.deps.db, this.hash('grant', grantId))
+    await revokeGrant(this.deps.db, this.deps.grantHash(grantId))
   }
 }
 
@@ -318,7 +338,8 @@ function sidsOf(payload: Payload): [string, string][] {
 }
 
 /** The adapter as the library takes it: a function from a model's name to its storage. */
-export function adapterFactory(deps: Omit<AdapterDeps, 'hmacKey'> & { hmacKey: Buffer }): (model: string) => PortcullisAdapter {
-  const shared: AdapterDeps = { ...deps, hmacKey: createSecretKey(deps.hmacKey) }
+export function adapterFactory(deps: Omit<AdapterDeps, 'hmacKey' | 'grantHash'> & { hmacKey: Buffer; grantHash?: AdapterDeps['grantHash'] }): (model: string) => PortcullisAdapter {
+  const hmacKey = createSecretKey(deps.hmacKey)
+  const shared: AdapterDeps = { ...deps, hmacKey, grantHash: deps.grantHash ?? grantReferences(hmacKey) }
   return (model) => new PortcullisAdapter(model, shared)
 }

@@ -1,7 +1,7 @@
 import type { RegisteredResource, ResourceRegistry } from './resources.ts'
 import { AsyncLocalStorage } from 'node:async_hooks'
 import type { AccountEvents } from '../webhooks/events.ts'
-import { createSecretKey, type KeyObject } from 'node:crypto'
+import { createSecretKey } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { KoaContextWithOIDC, Provider } from 'oidc-provider'
 import type { RequestContext } from '../audit/events.ts'
@@ -14,7 +14,7 @@ import { sessions, users } from '../db/repositories.ts'
 import type { Logger } from '../logger.ts'
 import { decodeJwt } from 'jose'
 import type { Metrics } from '../http/metrics.ts'
-import { adapterFactory, keyedHash, LostRace, PortcullisAdapter, revokeGrant, revokeGrantIn, successorOf, type RequestState } from './adapter.ts'
+import { adapterFactory, grantReferences, LostRace, PortcullisAdapter, revokeGrant, revokeGrantIn, successorOf, type RequestState } from './adapter.ts'
 import type { ResourceTokens } from './resource.ts'
 import { BackchannelLogouts, queueLogoutNotices, type LogoutRow } from './logouts.ts'
 import type { ClientRegistry } from './clients.ts'
@@ -118,8 +118,8 @@ export class ProviderService {
   private library: Library | null = null
   /** Back-Channel Logout notices, through the shared durable queue (src/provider/logouts.ts). */
   readonly logouts: BackchannelLogouts
-  /** The grant references' key, imported once (the adapter imports its own copy the same way). */
-  private readonly hmacKey: KeyObject
+  /** Grant references under the identifiers' key, imported once; the adapter hashes grants through the same. */
+  private readonly grantReferences: (grantId: string) => string
   /** The library's records of fetched client ID metadata documents (set when the library loads). */
   private documents: PortcullisAdapter | null = null
   /** Documents refused in the last minute, by URL, and the fetches under way. */
@@ -127,7 +127,7 @@ export class ProviderService {
   private readonly fetchingDocuments = new Map<string, Promise<FetchedClientMetadata>>()
 
   constructor(private readonly deps: ProviderServiceDeps) {
-    this.hmacKey = createSecretKey(deps.hmacKey)
+    this.grantReferences = grantReferences(createSecretKey(deps.hmacKey))
     this.logouts = new BackchannelLogouts(deps.db, deps.clock, deps.logger, deps.metrics, (row) => this.deliverLogout(row))
     deps.keys.onChange(() => {
       // The next request builds a provider on the new key set; one under way finishes on the old.
@@ -137,7 +137,7 @@ export class ProviderService {
 
   /** The keyed hash a grant is stored under, and the reference its JWT access tokens carry. */
   grantReference(grantId: string): string {
-    return keyedHash(this.hmacKey, 'grant', grantId)
+    return this.grantReferences(grantId)
   }
 
   private async build(previous?: Promise<Loaded>): Promise<Loaded> {
@@ -148,6 +148,7 @@ export class ProviderService {
     const storage = adapterFactory({
       db, clock, sealer,
       hmacKey: this.deps.hmacKey,
+      grantHash: this.grantReferences,
       current: () => this.current(),
       sessionLive: (sessionId) => this.sessionLive(sessionId),
       invalidGrant: (message) => new library.errors.InvalidGrant!(message),
