@@ -187,6 +187,7 @@ export type AccountExport = {
     name: string
     scopes: string[]
     granted_at: string
+    /** The last token issued under this approval, to the minute */
     last_used_at: string | null
   }[]
   /** The organisations the user belongs to, with their roles */
@@ -388,6 +389,7 @@ export type AppList = {
     name: string
     scopes: string[]
     granted_at: string
+    /** The last token issued under this approval, to the minute */
     last_used_at: string | null
   }[]
 }
