@@ -268,8 +268,7 @@ export class PortcullisAdapter {
           kind: 'consume',
           rotation,
           run: async (trx) => {
-            const consumed = rotation?.successor === undefined ? await records.consume(trx, model, idHash, now) : await records.rotate(trx, model, idHash, now, rotation.successor)
-            if (!consumed) throw new LostRace(model, idHash, row.grant_hash)
+            if (!(await records.consume(trx, model, idHash, now, rotation?.successor ?? null))) throw new LostRace(model, idHash, row.grant_hash)
           },
         })
         if (rotation) state.rotatedFrom = idHash

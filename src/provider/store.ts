@@ -12,17 +12,20 @@ export type RecordRow = Selectable<OpRecordsTable>
 const recordById = hotQuery<{ model: string; idHash: string; now: number }, RecordRow>((db, arg) =>
   db.selectFrom('op_records').selectAll().where('model', '=', arg('model')).where('id_hash', '=', arg('idHash')).where('expires_at', '>', arg('now')),
 )
-const UPSERTED: readonly (keyof RecordRow)[] = ['model', 'id_hash', 'grant_hash', 'uid_hash', 'user_code_hash', 'user_id', 'client_id', 'session_id', 'payload', 'successor', 'sids', 'created_at', 'last_used_at', 'expires_at', 'consumed_at']
+// Every column, checked by the compiler: a column added to op_records and left out here fails to build.
+const UPSERTED = Object.keys({
+  model: true, id_hash: true, grant_hash: true, uid_hash: true, user_code_hash: true, user_id: true, client_id: true, session_id: true,
+  payload: true, successor: true, sids: true, created_at: true, last_used_at: true, expires_at: true, consumed_at: true,
+} satisfies Record<keyof RecordRow, true>) as (keyof RecordRow)[]
+
 const upsertRecord = hotQuery<RecordRow, never>((db, arg) => {
   const values = Object.fromEntries(UPSERTED.map((column) => [column, arg(column)])) as unknown as RecordRow
   const { model: _model, id_hash: _id, created_at: _created, ...changing } = values
   return db.insertInto('op_records').values(values).onConflict((oc) => oc.columns(['model', 'id_hash']).doUpdateSet(changing))
 })
-// A row is consumed by the one statement that finds it unconsumed; RETURNING tells that caller.
-const consumeRecord = hotQuery<{ model: string; idHash: string; now: number }, { id_hash: string }>((db, arg) =>
-  db.updateTable('op_records').set({ consumed_at: arg('now') }).where('model', '=', arg('model')).where('id_hash', '=', arg('idHash')).where('consumed_at', 'is', null).returning('id_hash'),
-)
-const rotateRecord = hotQuery<{ model: string; idHash: string; now: number; successor: string }, { id_hash: string }>((db, arg) =>
+// A row is consumed by the one statement that finds it unconsumed; RETURNING tells that caller. A
+// rotated refresh token's successor (sealed) is stored by the same statement; for anything else it is null.
+const consumeRecord = hotQuery<{ model: string; idHash: string; now: number; successor: string | null }, { id_hash: string }>((db, arg) =>
   db
     .updateTable('op_records')
     .set({ consumed_at: arg('now'), successor: arg('successor') })
@@ -54,14 +57,9 @@ export const records = {
     return (await db.selectFrom('op_records').selectAll().where('model', '=', model).where(column, '=', hash).where('expires_at', '>', now).executeTakeFirst()) ?? null
   },
 
-  /** Marks a row consumed unless it already was: true for the one caller that did it. */
-  async consume(db: Executor, model: string, idHash: string, now: number): Promise<boolean> {
-    return (await consumeRecord(db, { model, idHash, now })).length > 0
-  },
-
-  /** consume for a rotated refresh token, storing its successor (sealed) in the same statement, for the retry window. */
-  async rotate(db: Executor, model: string, idHash: string, now: number, successor: string): Promise<boolean> {
-    return (await rotateRecord(db, { model, idHash, now, successor })).length > 0
+  /** Marks a row consumed unless it already was: true for the one caller that did it. A rotated refresh token's successor goes with it. */
+  async consume(db: Executor, model: string, idHash: string, now: number, successor: string | null = null): Promise<boolean> {
+    return (await consumeRecord(db, { model, idHash, now, successor })).length > 0
   },
 
   /** Stores a rotated refresh token's successor (sealed) on its row, for the retry window. */
