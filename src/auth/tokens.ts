@@ -5,6 +5,7 @@ import type { TokenAuthz } from '../authz/claims.ts'
 import { AppError } from '../errors.ts'
 import { isUuid } from '../text.ts'
 import { SIGNING_ALG, type KeyStore } from './keys.ts'
+import { setBounded } from '../bounded-map.ts'
 
 export const ACCESS_TTL_SECONDS = 900
 export const REFRESH_TTL_SECONDS = 7 * 24 * 3600
@@ -87,8 +88,7 @@ class VerifiedTokens {
   }
 
   set(token: string, entry: CachedVerification): void {
-    if (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value!)
-    this.entries.set(token, entry)
+    setBounded(this.entries, token, entry, this.max)
   }
 
   delete(token: string): void {

@@ -5,6 +5,7 @@ import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import { unionOf, words } from './permissions.ts'
 import { claimsStore } from './store.ts'
+import { setBounded } from '../bounded-map.ts'
 
 type Executor = Kysely<Database>
 
@@ -101,8 +102,7 @@ export class ClaimsSource {
     if (hit && knownVersion !== undefined && hit.version === knownVersion) return hit
     const read = await readClaims(this.db.kysely, userId, organizationId)
     if (!read) throw new AppError('INVALID_TOKEN')
-    if (this.cache.size >= this.maxEntries) this.cache.delete(this.cache.keys().next().value!)
-    this.cache.set(key, { version: read.authz.version, ...read })
+    setBounded(this.cache, key, { version: read.authz.version, ...read }, this.maxEntries)
     return read
   }
 

@@ -1,6 +1,7 @@
 import { CompiledQuery, sql, type Compilable, type Kysely } from 'kysely'
 import type { Db } from './index.ts'
 import type { Database } from './schema.ts'
+import { setBounded } from '../bounded-map.ts'
 
 type Slot<Args> = { arg: keyof Args } | { value: unknown }
 interface Plan<Args> {
@@ -77,9 +78,8 @@ export function hotQuery<Args extends Record<string, unknown>, Row>(
     const key = literal.size === 0 ? '' : [...literal].map((name) => literalValue(args, name)).join(',')
     let compiled = byLiterals.get(key)
     if (!compiled) {
-      if (byLiterals.size >= PLANS_MAX) byLiterals.delete(byLiterals.keys().next().value!)
       compiled = plan(db, args)
-      byLiterals.set(key, compiled)
+      setBounded(byLiterals, key, compiled, PLANS_MAX)
     }
     const parameters = compiled.slots.map((slot) => ('arg' in slot ? args[slot.arg] : slot.value))
     return CompiledQuery.raw(compiled.sql, parameters)

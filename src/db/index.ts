@@ -32,6 +32,7 @@ import * as m0024 from './migrations/0024_dynamic_registration.ts'
 import * as m0025 from './migrations/0025_console.ts'
 import * as m0026 from './migrations/0026_organization_pages.ts'
 import * as m0027 from './migrations/0027_partial_record_indexes.ts'
+import { setBounded } from '../bounded-map.ts'
 
 export type Engine = 'sqlite' | 'postgres'
 
@@ -164,9 +165,8 @@ function reusedStatements(sqlite: SQLite.Database, beforeEach?: () => void) {
       beforeEach?.()
       let statement = prepared.get(sql)
       if (!statement) {
-        if (prepared.size >= STATEMENT_CACHE_SIZE) prepared.delete(prepared.keys().next().value!)
         statement = sqlite.prepare(sql)
-        prepared.set(sql, statement)
+        setBounded(prepared, sql, statement, STATEMENT_CACHE_SIZE)
       }
       return statement
     },

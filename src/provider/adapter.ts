@@ -5,6 +5,7 @@ import type { Clock } from '../clock.ts'
 import type { Db } from '../db/index.ts'
 import { isUuid } from '../text.ts'
 import { records, type RecordRow } from './store.ts'
+import { setBounded } from '../bounded-map.ts'
 
 /** The keyed hash every identifier is stored under; a grant's (`grant`) is also its JWT access tokens' reference. */
 export function keyedHash(key: Buffer | KeyObject, kind: string, value: string): string {
@@ -22,8 +23,7 @@ export function grantReferences(key: KeyObject, max = 10_000): (grantId: string)
     let hash = known.get(grantId)
     if (hash === undefined) {
       hash = keyedHash(key, 'grant', grantId)
-      if (known.size >= max) known.delete(known.keys().next().value!)
-      known.set(grantId, hash)
+      setBounded(known, grantId, hash, max)
     }
     return hash
   }

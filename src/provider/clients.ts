@@ -12,6 +12,7 @@ import {
   AUTH_METHODS, CLIENT_SCOPES, CLIENT_TYPES, DEFAULT_CLIENT_SCOPES, GRANT_TYPES, ID_TOKEN_ALGS, LIST_MAX, URI_MAX,
   type ClientCreate, type ClientPatch, type RegisteredClient,
 } from './schemas.ts'
+import { setBounded } from '../bounded-map.ts'
 
 export type { RegisteredClient } from './schemas.ts'
 
@@ -446,8 +447,7 @@ export class ClientRegistry {
     const kept = this.libraryViews.get(clientId)
     if (kept && kept.metadata === row.metadata && kept.secret === row.secret) return kept.view
     const view = deepFreeze(this.libraryView(row))
-    if (this.libraryViews.size >= LIBRARY_VIEWS_MAX) this.libraryViews.delete(this.libraryViews.keys().next().value!)
-    this.libraryViews.set(clientId, { metadata: row.metadata, secret: row.secret, view })
+    setBounded(this.libraryViews, clientId, { metadata: row.metadata, secret: row.secret, view }, LIBRARY_VIEWS_MAX)
     return view
   }
 

@@ -12,6 +12,7 @@ import { AppError } from '../errors.ts'
 import { isUuid } from '../text.ts'
 import { RESOURCE_SCOPES } from './configuration.ts'
 import { records } from './store.ts'
+import { setBounded } from '../bounded-map.ts'
 
 const utf8 = new TextDecoder()
 const MAX_TOKEN_LENGTH = 4096
@@ -149,8 +150,7 @@ export class ResourceTokens {
     if (hit) return hit
     const claims = await this.verifyFully(token, this.deps.clock.now() / 1000)
     if (claims) {
-      if (this.verified.size >= CACHE_SIZE) this.verified.delete(this.verified.keys().next().value!)
-      this.verified.set(token, claims)
+      setBounded(this.verified, token, claims, CACHE_SIZE)
     }
     return claims
   }
