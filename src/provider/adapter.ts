@@ -1,4 +1,4 @@
-import { createHmac, createSecretKey, type KeyObject } from 'node:crypto'
+import { createHmac, type KeyObject } from 'node:crypto'
 import type { KeySealer } from '../auth/key-encryption.ts'
 import { publishChanges } from '../changes/feed.ts'
 import type { Clock } from '../clock.ts'
@@ -337,8 +337,6 @@ function sidsOf(payload: Payload): [string, string][] {
 }
 
 /** The adapter as the library takes it: a function from a model's name to its storage. */
-export function adapterFactory(deps: Omit<AdapterDeps, 'hmacKey' | 'grantHash'> & { hmacKey: Buffer; grantHash?: AdapterDeps['grantHash'] }): (model: string) => PortcullisAdapter {
-  const hmacKey = createSecretKey(deps.hmacKey)
-  const shared: AdapterDeps = { ...deps, hmacKey, grantHash: deps.grantHash ?? grantReferences(hmacKey) }
-  return (model) => new PortcullisAdapter(model, shared)
+export function adapterFactory(deps: AdapterDeps): (model: string) => PortcullisAdapter {
+  return (model) => new PortcullisAdapter(model, deps)
 }

@@ -1,7 +1,7 @@
 import type { RegisteredResource, ResourceRegistry } from './resources.ts'
 import { AsyncLocalStorage } from 'node:async_hooks'
 import type { AccountEvents } from '../webhooks/events.ts'
-import { createSecretKey } from 'node:crypto'
+import { createSecretKey, type KeyObject } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { KoaContextWithOIDC, Provider } from 'oidc-provider'
 import type { RequestContext } from '../audit/events.ts'
@@ -120,6 +120,8 @@ export class ProviderService {
   readonly logouts: BackchannelLogouts
   /** Grant references under the identifiers' key, imported once; the adapter hashes grants through the same. */
   private readonly grantReferences: (grantId: string) => string
+  /** The identifiers' key, imported once (a Buffer would be imported again at every HMAC). */
+  private readonly hmacKey: KeyObject
   /** The library's records of fetched client ID metadata documents (set when the library loads). */
   private documents: PortcullisAdapter | null = null
   /** Documents refused in the last minute, by URL, and the fetches under way. */
@@ -127,7 +129,8 @@ export class ProviderService {
   private readonly fetchingDocuments = new Map<string, Promise<FetchedClientMetadata>>()
 
   constructor(private readonly deps: ProviderServiceDeps) {
-    this.grantReferences = grantReferences(createSecretKey(deps.hmacKey))
+    this.hmacKey = createSecretKey(deps.hmacKey)
+    this.grantReferences = grantReferences(this.hmacKey)
     this.logouts = new BackchannelLogouts(deps.db, deps.clock, deps.logger, deps.metrics, (row) => this.deliverLogout(row))
     deps.keys.onChange(() => {
       // The next request builds a provider on the new key set; one under way finishes on the old.
@@ -147,7 +150,7 @@ export class ProviderService {
     const { db, clock, sealer, settings } = this.deps
     const storage = adapterFactory({
       db, clock, sealer,
-      hmacKey: this.deps.hmacKey,
+      hmacKey: this.hmacKey,
       grantHash: this.grantReferences,
       current: () => this.current(),
       sessionLive: (sessionId) => this.sessionLive(sessionId),
