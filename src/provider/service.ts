@@ -122,6 +122,9 @@ export class ProviderService {
   private readonly grantReferences: (grantId: string) => string
   /** The identifiers' key, imported once (a Buffer would be imported again at every HMAC). */
   private readonly hmacKey: KeyObject
+  /** The issuer's host and scheme, which every request handed to the library is said to come through. */
+  private readonly issuerHost: string
+  private readonly issuerProtocol: string
   /** The library's records of fetched client ID metadata documents (set when the library loads). */
   private documents: PortcullisAdapter | null = null
   /** Documents refused in the last minute, by URL, and the fetches under way. */
@@ -130,6 +133,9 @@ export class ProviderService {
 
   constructor(private readonly deps: ProviderServiceDeps) {
     this.hmacKey = createSecretKey(deps.hmacKey)
+    const issuer = new URL(deps.settings.issuer)
+    this.issuerHost = issuer.host
+    this.issuerProtocol = issuer.protocol.slice(0, -1)
     this.grantReferences = grantReferences(this.hmacKey)
     this.logouts = new BackchannelLogouts(deps.db, deps.clock, deps.logger, deps.metrics, (row) => this.deliverLogout(row))
     deps.keys.onChange(() => {
@@ -293,9 +299,8 @@ export class ProviderService {
   /** Hands a request to the library (the routes mount it under /oauth/ and the discovery paths). */
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const { callback } = await this.loaded()
-    const issuer = new URL(this.deps.settings.issuer)
-    req.headers['x-forwarded-host'] = issuer.host
-    req.headers['x-forwarded-proto'] = issuer.protocol.slice(0, -1)
+    req.headers['x-forwarded-host'] = this.issuerHost
+    req.headers['x-forwarded-proto'] = this.issuerProtocol
     delete req.headers['x-forwarded-for']
     callback(req, res)
   }
