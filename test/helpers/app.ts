@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { existsSync, readFileSync } from 'node:fs'
 import { createServer, type AddressInfo } from 'node:net'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { buildApp, type AppOverrides } from '../../src/app.ts'
@@ -132,14 +133,37 @@ export async function within(withinMs: number, probe: () => Promise<boolean>): P
   }
 }
 
-/** A loopback port nothing listens on right now, chosen by the OS. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * A loopback port nothing listens on right now, for a server whose address must be known before it
+ * listens (its PUBLIC_URL). Taken below the kernel's ephemeral range: a port the OS hands out for
+ * listen(0) can be handed out again, before the test listens on it, as the local end of an
+ * outgoing connection (a database pool's), which made the listen fail with EADDRINUSE.
+ */
+export async function freePort(): Promise<number> {
+  const ephemeralLow = existsSync(EPHEMERAL_RANGE) ? Number(readFileSync(EPHEMERAL_RANGE, 'utf8').trim().split(/\s+/)[0]) : 0
+  for (let attempt = 0; attempt < 100 && ephemeralLow > PORTS_FROM + 1000; attempt++) {
+    const port = PORTS_FROM + Math.floor(Math.random() * (ephemeralLow - PORTS_FROM))
+    if ((await listensOn(port)) === port) return port
+  }
+  // No range below the ephemeral one to take from: the OS's choice, as before.
+  const port = await listensOn(0)
+  if (port === 0) throw new Error('no loopback port could be opened')
+  return port
+}
+
+const EPHEMERAL_RANGE = '/proc/sys/net/ipv4/ip_local_port_range'
+
+/** Where freePort looks, up to the ephemeral range: above the well-known and most registered services' ports. */
+const PORTS_FROM = 20_000
+
+/** Whether a loopback listener can be opened on `port` (0: any); the port it got, or 0 when it could not. */
+function listensOn(port: number): Promise<number> {
+  return new Promise((resolve) => {
     const probe = createServer()
-    probe.once('error', reject)
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address() as AddressInfo
-      probe.close(() => resolve(port))
+    probe.once('error', () => resolve(0))
+    probe.listen(port, '127.0.0.1', () => {
+      const got = (probe.address() as AddressInfo).port
+      probe.close(() => resolve(got))
     })
   })
 }
